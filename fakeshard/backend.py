@@ -1,0 +1,128 @@
+"""What a layer range computes, under the session rules.
+
+The session table (:mod:`fakeshard.engine`) owns epochs, tombstones,
+positions, accounting, crash and faults; a *backend* owns only the numbers:
+how inputs at new positions turn into outputs, given the session's cache.
+:class:`HashBackend` is the fixture's; a real-weights backend plugs in the
+same way (``fakeshard.real``).
+
+The hash backend keeps, per layer, one 64-bit running digest of every input
+that layer has seen for the session (its "KV cache").  A layer's output at
+position ``p`` is the digest after folding in its input at ``p``, so it is a
+pure function of the layer's keys and the inputs at ``0..p``.  Because each
+layer depends only on its own inputs, any split of the layers into stages
+computes exactly what one full engine computes, and chunking a prefill
+changes nothing.  Between stages the 64-bit state travels as a hidden row:
+its four 16-bit limbs as floats in ``[-1, 1)``, the other columns derived
+from them (the receiver reads the limbs back exactly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from fakeshard.contract import ShardSpec
+
+__all__ = ["Backend", "HashBackend"]
+
+_M = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX2 = 0xBF58476D1CE4E5B9
+_MIX3 = 0x94D049BB133111EB
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The computation under one engine's session table."""
+
+    spec: ShardSpec
+    evidence_class: str
+
+    def empty_cache(self) -> Any:
+        """A session's cache before any position."""
+
+    def forward(self, cache: Any, start_pos: int, inputs: Sequence[Any]) -> tuple[Any, Any]:
+        """Run the layer range over ``inputs`` at ``start_pos, start_pos + 1, ...``.
+
+        ``inputs`` are tokens (head, full) or hidden rows (middle, tail),
+        already validated.  Returns ``(new_cache, output)``: hidden rows for
+        every input position (head, middle) or the token sampled after the
+        last one (tail, full).  Must not modify ``cache``: the session table
+        commits ``new_cache`` only if the call succeeds.
+        """
+
+
+def _splitmix(z: int) -> int:
+    z = (z + _GOLDEN) & _M
+    z = ((z ^ (z >> 30)) * _MIX2) & _M
+    z = ((z ^ (z >> 27)) * _MIX3) & _M
+    return z ^ (z >> 31)
+
+
+def _key(model_id: str, seed: int, what: str, index: int) -> int:
+    text = f"fakeshard.hash-backend.v1\x00{model_id}\x00{seed}\x00{what}\x00{index}"
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class HashBackend:
+    """Deterministic fixture computation: integer mixing, no floats inside a stage."""
+
+    evidence_class = "fixture"
+
+    __slots__ = ("spec", "seed", "_adds", "_muls", "_inits", "_embed", "_sample", "_cols",
+                 "_takes_tokens", "_samples")
+
+    def __init__(self, spec: ShardSpec, seed: int = 0) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.spec = spec
+        self.seed = seed
+        layers = range(spec.start_layer, spec.end_layer)
+        model, s = spec.model_id, seed
+        self._adds = tuple(_key(model, s, "add", layer) for layer in layers)
+        self._muls = tuple(_key(model, s, "mul", layer) | 1 for layer in layers)
+        self._inits = tuple(_key(model, s, "init", layer) for layer in layers)
+        self._embed = _key(model, s, "embed", 0)
+        self._sample = _key(model, s, "sample", 0)
+        # Column j >= 4 repeats limb j % 4 under a fixed mask.
+        self._cols = tuple((16 * (j & 3), (j * 0x9E37) & 0xFFFF if j >= 4 else 0)
+                           for j in range(spec.hidden_size))
+        self._takes_tokens = spec.role.takes_tokens
+        self._samples = spec.role.samples
+
+    def empty_cache(self) -> tuple[int, ...]:
+        return self._inits
+
+    def _encode(self, x: int) -> tuple[float, ...]:
+        return tuple(((x >> shift) & 0xFFFF ^ mask) / 32768.0 - 1.0 for shift, mask in self._cols)
+
+    @staticmethod
+    def _decode(row: Sequence[float]) -> int:
+        x = 0
+        for j in range(4):
+            x |= (int(round((row[j] + 1.0) * 32768.0)) & 0xFFFF) << (16 * j)
+        return x
+
+    def forward(
+        self, cache: tuple[int, ...], start_pos: int, inputs: Sequence[Any]
+    ) -> tuple[tuple[int, ...], Any]:
+        digests = list(cache)
+        adds, muls = self._adds, self._muls
+        n = len(digests)
+        rows = []
+        x = 0
+        for item in inputs:
+            x = _splitmix(self._embed ^ item) if self._takes_tokens else self._decode(item)
+            for i in range(n):
+                z = (((digests[i] ^ x) + adds[i]) * muls[i]) & _M
+                z ^= z >> 29
+                z = (z * _MIX2) & _M
+                z ^= z >> 32
+                digests[i] = x = z
+            if not self._samples:
+                rows.append(self._encode(x))
+        if self._samples:
+            return tuple(digests), _splitmix(x ^ self._sample) % self.spec.vocab_size
+        return tuple(digests), tuple(rows)

@@ -1,0 +1,310 @@
+"""The contract's data: ``ShardSpec``, ``Role``, the three bundles, ``validate``.
+
+Pure values and pure checks; no state lives here.  Bundles are frozen and do
+not validate themselves on construction (so that a broken bundle can exist,
+travel and be rejected by its receiver); :func:`validate` says whether one
+keeps the contract, and every engine calls it on its input.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import math
+import struct
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from fakeshard.errors import MalformedBundle
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "Bundle",
+    "HiddenBundle",
+    "Role",
+    "SampleBundle",
+    "ShardSpec",
+    "TokenBundle",
+    "hidden_checksum",
+    "validate",
+]
+
+#: The contract version every bundle carries.
+CONTRACT_VERSION = "1"
+
+
+class Role(enum.Enum):
+    """Which end(s) of the model an engine holds."""
+
+    HEAD = "head"
+    MIDDLE = "middle"
+    TAIL = "tail"
+    FULL = "full"
+
+    @property
+    def takes_tokens(self) -> bool:
+        """Head and full engines embed tokens; the others take hidden states."""
+        return self in (Role.HEAD, Role.FULL)
+
+    @property
+    def samples(self) -> bool:
+        """Tail and full engines sample the next token."""
+        return self in (Role.TAIL, Role.FULL)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """A contiguous layer range ``[start_layer, end_layer)`` of a model.
+
+    An impossible spec raises ``ValueError`` naming the field::
+
+        >>> ShardSpec("m", n_layers=4, start_layer=0, end_layer=2).role
+        <Role.HEAD: 'head'>
+    """
+
+    model_id: str
+    n_layers: int
+    start_layer: int
+    end_layer: int
+    hidden_size: int = 8
+    vocab_size: int = 256
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_id, str) or not self.model_id:
+            raise ValueError(f"ShardSpec.model_id must be a non-empty str, got {self.model_id!r}")
+        for name, low in (("n_layers", 1), ("hidden_size", 4), ("vocab_size", 2)):
+            value = getattr(self, name)
+            if not _is_int(value) or value < low:
+                raise ValueError(f"ShardSpec.{name} must be an int >= {low}, got {value!r}")
+        for name in ("start_layer", "end_layer"):
+            if not _is_int(getattr(self, name)):
+                raise ValueError(f"ShardSpec.{name} must be an int, got {getattr(self, name)!r}")
+        if not 0 <= self.start_layer < self.end_layer <= self.n_layers:
+            raise ValueError(
+                "ShardSpec needs 0 <= start_layer < end_layer <= n_layers, got "
+                f"start_layer={self.start_layer}, end_layer={self.end_layer}, "
+                f"n_layers={self.n_layers}"
+            )
+
+    @property
+    def role(self) -> Role:
+        head = self.start_layer == 0
+        tail = self.end_layer == self.n_layers
+        if head and tail:
+            return Role.FULL
+        if head:
+            return Role.HEAD
+        if tail:
+            return Role.TAIL
+        return Role.MIDDLE
+
+    def with_layers(self, start_layer: int, end_layer: int) -> "ShardSpec":
+        """The same model, another layer range."""
+        return ShardSpec(
+            self.model_id, self.n_layers, start_layer, end_layer,
+            self.hidden_size, self.vocab_size,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBundle:
+    """Input of a head or full engine: ``tokens`` at ``start_pos``, ``start_pos + 1``, ..."""
+
+    session_id: str
+    epoch: int
+    start_pos: int
+    tokens: tuple[int, ...]
+    contract: str = CONTRACT_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tokens, list):
+            object.__setattr__(self, "tokens", tuple(self.tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenBundle:
+    """Hidden states passed between shards.
+
+    ``layer`` is the first layer the receiver runs; ``hidden`` has one row of
+    ``hidden_size`` finite floats per position; ``checksum`` covers the
+    identity fields and the values (build one with :meth:`sealed`).
+    """
+
+    session_id: str
+    epoch: int
+    start_pos: int
+    layer: int
+    hidden: tuple[tuple[float, ...], ...]
+    checksum: str
+    contract: str = CONTRACT_VERSION
+
+    def __post_init__(self) -> None:
+        hidden = self.hidden
+        if isinstance(hidden, list) or (
+            isinstance(hidden, tuple) and any(isinstance(row, list) for row in hidden)
+        ):
+            object.__setattr__(
+                self, "hidden",
+                tuple(tuple(row) if isinstance(row, list) else row for row in hidden),
+            )
+
+    @classmethod
+    def sealed(
+        cls,
+        session_id: str,
+        epoch: int,
+        start_pos: int,
+        layer: int,
+        hidden: Sequence[Sequence[float]],
+    ) -> "HiddenBundle":
+        """A bundle with its checksum computed over the given fields."""
+        rows = tuple(tuple(row) for row in hidden)
+        return cls(
+            session_id, epoch, start_pos, layer, rows,
+            hidden_checksum(session_id, epoch, start_pos, layer, rows),
+        )
+
+    @property
+    def n_positions(self) -> int:
+        return len(self.hidden)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleBundle:
+    """Tail/full output: ``token`` will sit at position ``pos``."""
+
+    session_id: str
+    epoch: int
+    pos: int
+    token: int
+    contract: str = CONTRACT_VERSION
+
+
+Bundle = Union[TokenBundle, HiddenBundle, SampleBundle]
+
+
+def hidden_checksum(
+    session_id: str,
+    epoch: int,
+    start_pos: int,
+    layer: int,
+    hidden: Sequence[Sequence[float]],
+    contract: str = CONTRACT_VERSION,
+) -> str:
+    """16 hex digits of BLAKE2b over the identity fields and the float64 values."""
+    n_rows = len(hidden)
+    n_cols = len(hidden[0]) if n_rows else 0
+    header = f"{contract}\x00{session_id}\x00{epoch}\x00{start_pos}\x00{layer}\x00{n_rows}x{n_cols}\x00"
+    digest = hashlib.blake2b(header.encode("utf-8", "surrogatepass"), digest_size=8)
+    for row in hidden:
+        digest.update(struct.pack(f"<{len(row)}d", *row))
+    return digest.hexdigest()
+
+
+def _fail(bundle: object, message: str) -> MalformedBundle:
+    session_id = getattr(bundle, "session_id", None)
+    epoch = getattr(bundle, "epoch", None)
+    return MalformedBundle(
+        f"{type(bundle).__name__}: {message}",
+        session_id=session_id if isinstance(session_id, str) else None,
+        epoch=epoch if _is_int(epoch) else None,
+    )
+
+
+def _check_index(bundle: object, name: str, value: object, low: int) -> None:
+    if not _is_int(value):
+        raise _fail(bundle, f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:  # type: ignore[operator]
+        raise _fail(bundle, f"{name} must be >= {low}, got {value}")
+
+
+def _check_identity(bundle: Bundle) -> None:
+    if bundle.contract != CONTRACT_VERSION:
+        raise _fail(bundle, f"contract version {bundle.contract!r} is not {CONTRACT_VERSION!r}")
+    if not isinstance(bundle.session_id, str) or not bundle.session_id:
+        raise _fail(bundle, f"session_id must be a non-empty str, got {bundle.session_id!r}")
+    _check_index(bundle, "epoch", bundle.epoch, 0)
+
+
+def _check_token(bundle: object, name: str, token: object, spec: ShardSpec | None) -> None:
+    _check_index(bundle, name, token, 0)
+    if spec is not None and token >= spec.vocab_size:  # type: ignore[operator]
+        raise _fail(
+            bundle,
+            f"{name} = {token} is outside 0..{spec.vocab_size - 1} (vocab_size {spec.vocab_size})",
+        )
+
+
+def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
+    rows = bundle.hidden
+    if not isinstance(rows, tuple) or not rows:
+        raise _fail(bundle, "hidden must be a non-empty sequence of rows")
+    width = spec.hidden_size if spec is not None else None
+    for i, row in enumerate(rows):
+        if not isinstance(row, tuple):
+            raise _fail(bundle, f"hidden[{i}] must be a row of floats, got {type(row).__name__}")
+        if width is None:
+            width = len(row)
+            if width == 0:
+                raise _fail(bundle, "hidden rows must not be empty")
+        if len(row) != width:
+            raise _fail(
+                bundle,
+                f"hidden has shape mismatch: row {i} has {len(row)} values, expected {width}",
+            )
+        for j, value in enumerate(row):
+            if not isinstance(value, (float, int)) or isinstance(value, bool):
+                raise _fail(bundle, f"hidden[{i}][{j}] must be a float, got {type(value).__name__}")
+            if not math.isfinite(value):
+                raise _fail(bundle, f"hidden[{i}][{j}] = {value} is not finite")
+    if not isinstance(bundle.checksum, str):
+        raise _fail(bundle, f"checksum must be a str, got {type(bundle.checksum).__name__}")
+    expected = hidden_checksum(
+        bundle.session_id, bundle.epoch, bundle.start_pos, bundle.layer, rows, bundle.contract
+    )
+    if bundle.checksum != expected:
+        raise _fail(bundle, f"checksum {bundle.checksum!r} does not match the contents")
+
+
+def validate(bundle: object, spec: ShardSpec | None = None) -> object:
+    """Raise :class:`MalformedBundle` if ``bundle`` breaks the contract.
+
+    Without ``spec`` it checks what the bundle alone shows (types, version,
+    positions, shape consistency, finiteness, checksum); with ``spec`` also
+    ``vocab_size``, ``hidden_size`` and that a hidden bundle's ``layer`` is a
+    boundary inside the model.  Returns the bundle.  For example::
+
+        >>> validate(TokenBundle("s", 0, 0, (1, 2)), ShardSpec("m", 2, 0, 2))
+        TokenBundle(session_id='s', epoch=0, start_pos=0, tokens=(1, 2), contract='1')
+    """
+    if isinstance(bundle, TokenBundle):
+        _check_identity(bundle)
+        _check_index(bundle, "start_pos", bundle.start_pos, 0)
+        tokens = bundle.tokens
+        if not isinstance(tokens, tuple) or not tokens:
+            raise _fail(bundle, "tokens must be a non-empty sequence of ints")
+        for i, token in enumerate(tokens):
+            _check_token(bundle, f"tokens[{i}]", token, spec)
+    elif isinstance(bundle, HiddenBundle):
+        _check_identity(bundle)
+        _check_index(bundle, "start_pos", bundle.start_pos, 0)
+        _check_index(bundle, "layer", bundle.layer, 1)
+        if spec is not None and bundle.layer >= spec.n_layers:
+            raise _fail(
+                bundle,
+                f"layer {bundle.layer} is not a boundary inside a model of {spec.n_layers} layers",
+            )
+        _check_hidden(bundle, spec)
+    elif isinstance(bundle, SampleBundle):
+        _check_identity(bundle)
+        _check_index(bundle, "pos", bundle.pos, 1)
+        _check_token(bundle, "token", bundle.token, spec)
+    else:
+        raise MalformedBundle(
+            f"expected a TokenBundle, HiddenBundle or SampleBundle, got {type(bundle).__name__}"
+        )
+    return bundle

@@ -1,0 +1,89 @@
+"""Engine factories: how the suites are pointed at an implementation.
+
+A factory is any callable with :class:`FakeShardEngine`'s signature,
+``factory(spec, *, seed=0, capacity_tokens=None, clock=None, faults=None)``,
+named on the command line as ``module:callable``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable
+
+from fakeshard.contract import ShardSpec
+from fakeshard.protocol import ShardEngine
+
+__all__ = [
+    "DEFAULT_FACTORY",
+    "ENV_VAR",
+    "EngineFactory",
+    "FactoryError",
+    "evidence_class_of",
+    "load_factory",
+    "resolve_factory_name",
+]
+
+EngineFactory = Callable[..., Any]
+
+#: The factory used when none is named.
+DEFAULT_FACTORY = "fakeshard:FakeShardEngine"
+#: The environment variable that names a factory.
+ENV_VAR = "FAKESHARD_ENGINE"
+_EVIDENCE_CLASSES = ("fixture", "real-model")
+
+
+class FactoryError(Exception):
+    """A factory name that cannot be imported, called, or yields no engine."""
+
+
+def resolve_factory_name(option: str | None) -> str:
+    """The option if given, else ``$FAKESHARD_ENGINE``, else the default."""
+    return option or os.environ.get(ENV_VAR) or DEFAULT_FACTORY
+
+
+def load_factory(name: str) -> EngineFactory:
+    """Import ``module:callable`` and check that it builds a contract engine.
+
+    The check builds one small FULL engine and looks for every attribute of
+    the :class:`~fakeshard.ShardEngine` protocol and a known
+    ``evidence_class``; any failure is a :class:`FactoryError` naming it.
+    """
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise FactoryError(f"engine factory {name!r} is not of the form module:callable")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # an import can fail in any way; report it in one line
+        raise FactoryError(f"engine factory {name!r}: cannot import {module_name!r}: "
+                           f"{type(exc).__name__}: {exc}") from None
+    factory: Any = module
+    for part in attr.split("."):
+        try:
+            factory = getattr(factory, part)
+        except AttributeError:
+            raise FactoryError(f"engine factory {name!r}: {module_name!r} has no {attr!r}") from None
+    if not callable(factory):
+        raise FactoryError(f"engine factory {name!r} is not callable")
+    probe_spec = ShardSpec("factory-probe", n_layers=2, start_layer=0, end_layer=2)
+    try:
+        engine = factory(probe_spec, seed=0, capacity_tokens=None, clock=None, faults=None)
+    except Exception as exc:
+        raise FactoryError(f"engine factory {name!r} failed to build an engine: "
+                           f"{type(exc).__name__}: {exc}") from None
+    missing = [a for a in ("spec", "evidence_class", "capacity_tokens", "used_tokens", "prefill",
+                           "decode", "cancel", "release", "restart", "session")
+               if not hasattr(engine, a)]
+    if missing or not isinstance(engine, ShardEngine):
+        raise FactoryError(f"engine factory {name!r} builds {type(engine).__name__}, which lacks "
+                           f"{', '.join(missing) or 'the ShardEngine protocol'}")
+    if engine.evidence_class not in _EVIDENCE_CLASSES:
+        raise FactoryError(f"engine factory {name!r}: evidence_class {engine.evidence_class!r} "
+                           f"is not one of {_EVIDENCE_CLASSES}")
+    return factory
+
+
+def evidence_class_of(factory: EngineFactory) -> str:
+    """The evidence class of the engines ``factory`` builds."""
+    spec = ShardSpec("factory-probe", n_layers=2, start_layer=0, end_layer=2)
+    return str(factory(spec).evidence_class)

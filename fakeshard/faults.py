@@ -1,0 +1,290 @@
+"""Declarative, seeded fault injection.
+
+A :class:`FaultPlan` is data: rules and a seed, JSON-serialisable through
+:mod:`fakeshard.wire`.  An engine turns its plan into a :class:`FaultInjector`
+of its own (counters and a ``random.Random(plan.seed)``), so the same plan
+given to two engines replays the same way on each.  The injector only says
+what fires on a call; the engine applies it at the points the contract names.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Optional, Union
+
+from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, hidden_checksum
+
+__all__ = [
+    "Crash",
+    "Delay",
+    "DropResponse",
+    "Fault",
+    "FaultInjector",
+    "FaultPlan",
+    "FaultRule",
+    "Fired",
+    "MALFORMED_KINDS",
+    "Malformed",
+    "MemoryPressure",
+    "OPS",
+    "corrupt",
+]
+
+#: The operations a rule can target (``any`` matches all of them).
+OPS = ("prefill", "decode", "cancel", "release")
+#: The ways :class:`Malformed` can break an output.
+MALFORMED_KINDS = ("checksum", "shape", "layer", "nan", "token_range", "session", "epoch", "position")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """The call takes ``seconds`` longer on the engine's clock; result unchanged."""
+
+    seconds: float
+    type_name: ClassVar[str] = "delay"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) \
+                or not math.isfinite(self.seconds) or self.seconds < 0:
+            raise ValueError(f"Delay.seconds must be a finite number >= 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPressure:
+    """``None``: the call's allocation fails; a number: that much capacity is unavailable."""
+
+    reserve_tokens: Optional[int] = None
+    type_name: ClassVar[str] = "memory_pressure"
+
+    def __post_init__(self) -> None:
+        if self.reserve_tokens is not None and (
+            not _is_int(self.reserve_tokens) or self.reserve_tokens < 0
+        ):
+            raise ValueError(
+                f"MemoryPressure.reserve_tokens must be None or an int >= 0, got {self.reserve_tokens!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """The call is applied but its output breaks the contract in the named way."""
+
+    kind: str
+    type_name: ClassVar[str] = "malformed"
+
+    def __post_init__(self) -> None:
+        if self.kind not in MALFORMED_KINDS:
+            raise ValueError(f"Malformed.kind must be one of {MALFORMED_KINDS}, got {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    """The engine goes down before applying the call."""
+
+    type_name: ClassVar[str] = "crash"
+
+
+@dataclass(frozen=True, slots=True)
+class DropResponse:
+    """The call is applied; the caller gets ``ResponseLost``."""
+
+    type_name: ClassVar[str] = "drop_response"
+
+
+Fault = Union[Delay, MemoryPressure, Malformed, Crash, DropResponse]
+FAULT_TYPES: tuple[type, ...] = (Delay, MemoryPressure, Malformed, Crash, DropResponse)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRule:
+    """Fire ``fault`` on the ``nth`` matching call and the ``count - 1`` after it.
+
+    ``count=None`` fires on every matching call from the ``nth`` on.  A call
+    matches when its op is ``op`` (or ``op == "any"``) and its session is
+    ``session_id`` (or ``session_id is None``), whatever its outcome.  Each
+    firing happens with ``probability``, drawn from the plan's generator.
+    """
+
+    fault: Fault
+    op: str = "any"
+    session_id: Optional[str] = None
+    nth: int = 1
+    count: Optional[int] = 1
+    probability: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fault, FAULT_TYPES):
+            raise TypeError(f"FaultRule.fault must be a fault record, got {type(self.fault).__name__}")
+        if self.op != "any" and self.op not in OPS:
+            raise ValueError(f"FaultRule.op must be 'any' or one of {OPS}, got {self.op!r}")
+        if self.session_id is not None and not isinstance(self.session_id, str):
+            raise ValueError(f"FaultRule.session_id must be None or a str, got {self.session_id!r}")
+        if not _is_int(self.nth) or self.nth < 1:
+            raise ValueError(f"FaultRule.nth must be an int >= 1, got {self.nth!r}")
+        if self.count is not None and (not _is_int(self.count) or self.count < 1):
+            raise ValueError(f"FaultRule.count must be None or an int >= 1, got {self.count!r}")
+        if isinstance(self.probability, bool) or not isinstance(self.probability, (int, float)) \
+                or not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"FaultRule.probability must be in [0, 1], got {self.probability!r}")
+
+    def matches(self, op: str, session_id: object) -> bool:
+        return (self.op == "any" or self.op == op) and (
+            self.session_id is None or self.session_id == session_id
+        )
+
+    def in_window(self, n_matched: int) -> bool:
+        """Whether the ``n_matched``-th matching call (1-based) is one this rule fires on."""
+        return n_matched >= self.nth and (self.count is None or n_matched < self.nth + self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """Rules plus the seed of the plan's own generator."""
+
+    rules: tuple[FaultRule, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rules, list):
+            object.__setattr__(self, "rules", tuple(self.rules))
+        if not isinstance(self.rules, tuple) or not all(isinstance(r, FaultRule) for r in self.rules):
+            raise TypeError("FaultPlan.rules must be a sequence of FaultRule")
+        if not _is_int(self.seed):
+            raise ValueError(f"FaultPlan.seed must be an int, got {self.seed!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """One rule firing: on which call (1-based, counting every call) and what."""
+
+    call: int
+    rule: int
+    op: str
+    session_id: object
+    fault: Fault
+
+
+@dataclass(slots=True)
+class Drawn:
+    """What fired on one call, folded into what the engine must do."""
+
+    delay: float = 0.0
+    crash: bool = False
+    fail_allocation: bool = False
+    reserve_tokens: int = 0
+    malformed: tuple[str, ...] = ()
+    drop: bool = False
+    fired: list[Fired] = field(default_factory=list)
+
+
+#: Shared result for calls on which nothing fires (never mutated).
+_NOTHING = Drawn()
+
+
+class FaultInjector:
+    """The running state of one plan on one engine: rule counters and the generator.
+
+    Several rules may fire on one call; their effects combine: delays add,
+    reserves add, any ``MemoryPressure(None)`` fails the allocation,
+    ``Malformed`` kinds apply in rule order, a crash pre-empts everything.
+    """
+
+    __slots__ = ("plan", "_rng", "_matched", "calls", "log")
+
+    def __init__(self, plan: FaultPlan | None) -> None:
+        self.plan = plan if plan is not None else FaultPlan()
+        self._rng = random.Random(self.plan.seed)
+        self._matched = [0] * len(self.plan.rules)
+        #: Calls seen so far (every call, matching or not).
+        self.calls = 0
+        #: Every firing so far, in order.
+        self.log: list[Fired] = []
+
+    def draw(self, op: str, session_id: object) -> Drawn:
+        self.calls += 1
+        if not self.plan.rules:
+            return _NOTHING
+        drawn: Drawn | None = None
+        for index, rule in enumerate(self.plan.rules):
+            if not rule.matches(op, session_id):
+                continue
+            self._matched[index] += 1
+            if not rule.in_window(self._matched[index]):
+                continue
+            # Draw only for rules that may not fire: a certain rule consumes no randomness.
+            if rule.probability < 1.0 and self._rng.random() >= rule.probability:
+                continue
+            if drawn is None:
+                drawn = Drawn()
+            fired = Fired(self.calls, index, op, session_id, rule.fault)
+            drawn.fired.append(fired)
+            self.log.append(fired)
+            fault = rule.fault
+            if isinstance(fault, Delay):
+                drawn.delay += float(fault.seconds)
+            elif isinstance(fault, Crash):
+                drawn.crash = True
+            elif isinstance(fault, MemoryPressure):
+                if fault.reserve_tokens is None:
+                    drawn.fail_allocation = True
+                else:
+                    drawn.reserve_tokens += fault.reserve_tokens
+            elif isinstance(fault, Malformed):
+                drawn.malformed += (fault.kind,)
+            else:
+                drawn.drop = True
+        return drawn if drawn is not None else _NOTHING
+
+
+def _reseal(bundle: HiddenBundle, **changes: object) -> HiddenBundle:
+    broken = replace(bundle, **changes)  # type: ignore[arg-type]
+    return replace(
+        broken,
+        checksum=hidden_checksum(
+            broken.session_id, broken.epoch, broken.start_pos, broken.layer, broken.hidden
+        ),
+    )
+
+
+def corrupt(output: object, what: str, spec: ShardSpec) -> object:
+    """``output`` broken in the named way, or unchanged if it has no field for it.
+
+    Identity, layer, shape and NaN corruptions carry a checksum recomputed
+    over the broken contents (a node that computed the wrong thing, not a
+    damaged message); ``checksum`` damages the checksum alone.
+    """
+    if isinstance(output, HiddenBundle):
+        if what == "checksum":
+            flipped = "0" if output.checksum[:1] != "0" else "1"
+            return replace(output, checksum=flipped + output.checksum[1:])
+        if what == "shape":
+            return _reseal(output, hidden=tuple(row[:-1] for row in output.hidden))
+        if what == "layer":
+            return _reseal(output, layer=output.layer + 1)
+        if what == "nan":
+            first = (math.nan,) + output.hidden[0][1:]
+            return _reseal(output, hidden=(first,) + output.hidden[1:])
+        if what == "session":
+            return _reseal(output, session_id=output.session_id + "~")
+        if what == "epoch":
+            return _reseal(output, epoch=output.epoch + 1)
+        if what == "position":
+            return _reseal(output, start_pos=output.start_pos + 1)
+        return output
+    if isinstance(output, SampleBundle):
+        if what == "token_range":
+            return replace(output, token=spec.vocab_size)
+        if what == "session":
+            return replace(output, session_id=output.session_id + "~")
+        if what == "epoch":
+            return replace(output, epoch=output.epoch + 1)
+        if what == "position":
+            return replace(output, pos=output.pos + 1)
+        return output
+    return output

@@ -1,0 +1,71 @@
+"""Shared helpers for the unit and contract tests."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import pytest
+
+from fakeshard import FaultPlan, ShardSpec, VirtualClock
+from fakeshard.feeder import Feeder
+
+N_LAYERS = 4
+#: One layer range per role, over a 4-layer model.
+ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
+ROLES = tuple(ROLE_RANGES)
+
+
+def role_spec(role: str, **kw: Any) -> ShardSpec:
+    start, end = ROLE_RANGES[role]
+    return ShardSpec("test-model", N_LAYERS, start, end, **kw)
+
+
+class Rig:
+    """One engine of a role, with inputs made from per-session token histories."""
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        role: str = "full",
+        *,
+        seed: int = 0,
+        capacity_tokens: Optional[int] = None,
+        faults: Optional[FaultPlan] = None,
+        **spec_kw: Any,
+    ) -> None:
+        self.spec = role_spec(role, **spec_kw)
+        self.clock = VirtualClock()
+        self.factory = factory
+        self.seed = seed
+        self.engine = factory(self.spec, seed=seed, capacity_tokens=capacity_tokens,
+                              clock=self.clock, faults=faults)
+        self.feeder = Feeder(factory, self.spec, seed=seed)
+
+    def bundle(self, sid: str, epoch: int, start: int, n: int = 1,
+               history: Optional[Sequence[int]] = None) -> Any:
+        history = list(history) if history is not None else default_history(sid, start + n)
+        return self.feeder.bundle(sid, epoch, start, history, n)
+
+    def prefill(self, sid: str, epoch: int, start: int, n: int, history: Optional[Sequence[int]] = None) -> Any:
+        return self.engine.prefill(self.bundle(sid, epoch, start, n, history))
+
+    def decode(self, sid: str, epoch: int, pos: int, history: Optional[Sequence[int]] = None) -> Any:
+        return self.engine.decode(self.bundle(sid, epoch, pos, 1, history))
+
+    def snapshot(self, *sids: str) -> tuple[Any, ...]:
+        return (self.engine.used_tokens,) + tuple(self.engine.session(s) for s in sids)
+
+
+def default_history(sid: str, n: int) -> list[int]:
+    """A fixed token history per session id (vocabulary 256)."""
+    base = sum(sid.encode()) % 200
+    return [(base + 7 * i) % 256 for i in range(n)]
+
+
+def raises_untouched(rig: Rig, sids: Sequence[str], error: type, fn: Callable[[], Any]) -> Any:
+    """``fn()`` raises ``error`` and leaves the sessions and accounting as they were."""
+    before = rig.snapshot(*sids)
+    with pytest.raises(error) as info:
+        fn()
+    assert rig.snapshot(*sids) == before
+    return info.value
