@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, marker))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def engine_factory(request: pytest.FixtureRequest):
-    """The engine factory under test (``--engine`` / ``$FAKESHARD_ENGINE``)."""
+    """The engine factory under test (``--engine`` / ``$FAKESHARD_ENGINE``); a stateless callable."""
     return request.config.fakeshard_factory

@@ -30,6 +30,7 @@ from fakeshard.errors import (
     ShardError,
     StaleEpoch,
 )
+from fakeshard.feeder import Feeder
 from fakeshard.faults import (
     Crash,
     Delay,
@@ -56,6 +57,7 @@ __all__ = [
     "FakeShardEngine",
     "FaultPlan",
     "FaultRule",
+    "Feeder",
     "HashBackend",
     "HiddenBundle",
     "Malformed",

@@ -28,7 +28,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(sys.stdout, seed=args.seed)
     raise AssertionError(args.command)  # pragma: no cover - argparse refuses others
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

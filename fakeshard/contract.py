@@ -161,12 +161,17 @@ class HiddenBundle:
         layer: int,
         hidden: Sequence[Sequence[float]],
     ) -> "HiddenBundle":
-        """A bundle with its checksum computed over the given fields."""
-        rows = tuple(tuple(row) for row in hidden)
-        return cls(
-            session_id, epoch, start_pos, layer, rows,
-            hidden_checksum(session_id, epoch, start_pos, layer, rows),
-        )
+        """A bundle with its checksum computed over the given fields.
+
+        Values that cannot be checksummed (not numbers) raise
+        :class:`MalformedBundle`; anything else is left for :func:`validate`.
+        """
+        try:
+            rows = tuple(tuple(row) for row in hidden)
+            checksum = hidden_checksum(session_id, epoch, start_pos, layer, rows)
+        except (TypeError, struct.error) as exc:
+            raise MalformedBundle(f"HiddenBundle.sealed: hidden must be rows of floats ({exc})") from None
+        return cls(session_id, epoch, start_pos, layer, rows, checksum)
 
     @property
     def n_positions(self) -> int:

@@ -44,8 +44,8 @@ class _Session:
     generated: list[int] = field(default_factory=list)
 
 
-def _fault_free() -> dict[str, list[int]]:
-    pipe = Pipeline([FakeShardEngine(SPEC.with_layers(a, b)) for a, b in RANGES])
+def _fault_free(seed: int) -> dict[str, list[int]]:
+    pipe = Pipeline([FakeShardEngine(SPEC.with_layers(a, b), seed=seed) for a, b in RANGES])
     return {sid: pipe.generate(sid, prompt, NEW_TOKENS) for sid, prompt in PROMPTS.items()}
 
 
@@ -123,7 +123,7 @@ def run_demo(out: TextIO, *, seed: int = 0) -> int:
 
     header = ("step", "t (s)", "op", "stage", "session", "epoch", "positions", "outcome")
     _table(out, header, [(str(n),) + row for n, row in enumerate(rows, 1)])
-    expected = _fault_free()
+    expected = _fault_free(seed)
     ok = True
     out.write("\n")
     for sid, s in sessions.items():

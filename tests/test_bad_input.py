@@ -1,0 +1,188 @@
+"""Bad input at every entry point: a typed error naming the problem, state untouched."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from fakeshard import (
+    HiddenBundle,
+    MalformedBundle,
+    SampleBundle,
+    ShardSpec,
+    TokenBundle,
+    validate,
+)
+from tests.support import ROLES, Rig, raises_untouched
+
+
+def _replace(bundle, **changes):
+    """A copy with fields replaced, bypassing nothing: bundles never validate on construction."""
+    return dataclasses.replace(bundle, **changes)
+
+
+TOKEN_CASES = [
+    ("session_id", 7, "session_id"),
+    ("session_id", "", "session_id"),
+    ("epoch", -1, "epoch"),
+    ("epoch", True, "epoch"),
+    ("epoch", 1.0, "epoch"),
+    ("start_pos", -3, "start_pos"),
+    ("start_pos", "0", "start_pos"),
+    ("tokens", (), "tokens"),
+    ("tokens", "abc", "tokens"),
+    ("tokens", (1, 256), r"tokens\[1\] = 256 is outside 0..255"),
+    ("tokens", (1, -1), r"tokens\[1\]"),
+    ("tokens", (1.0,), r"tokens\[0\]"),
+    ("tokens", (False,), r"tokens\[0\]"),
+    ("contract", "2", "contract version"),
+]
+
+
+@pytest.mark.parametrize("field,value,match", TOKEN_CASES)
+@pytest.mark.parametrize("role", ["head", "full"])
+def test_bad_token_bundle_is_malformed(engine_factory, role, field, value, match):
+    rig = Rig(engine_factory, role)
+    rig.prefill("s", 0, 0, 2)
+    good = rig.bundle("s", 0, 2, 1)
+    bad = _replace(good, **{field: value})
+    op = rig.engine.decode if field != "tokens" else rig.engine.prefill
+    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: op(bad))
+    assert err.code == "malformed_bundle"
+    assert __import__("re").search(match, str(err)), str(err)
+
+
+def _hidden_cases(good: HiddenBundle):
+    rows = good.hidden
+    width = len(rows[0])
+    return [
+        ("checksum", dataclasses.replace(good, checksum="0" * 16), "checksum"),
+        ("checksum type", dataclasses.replace(good, checksum=5), "checksum"),
+        ("short row", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer,
+                                          [r[:-1] for r in rows]), "shape"),
+        ("ragged", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer,
+                                       [rows[0], rows[0][:-1]]), "shape"),
+        ("nan", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer,
+                                    [(math.nan,) + r[1:] for r in rows]), "not finite"),
+        ("inf", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer,
+                                    [(math.inf,) + r[1:] for r in rows]), "not finite"),
+        ("string value", dataclasses.replace(good, hidden=(("x",) * width,)), "must be a float"),
+        ("no rows", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer, []),
+         "non-empty"),
+        ("rows not rows", dataclasses.replace(good, hidden=(1.0, 2.0)), "row of floats"),
+        ("wrong layer", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, good.layer + 1,
+                                            rows), "layer"),
+        ("layer zero", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, 0, rows), "layer"),
+        ("layer past the model", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, 4, rows),
+         "layer"),
+        ("contract", dataclasses.replace(good, contract="0"), "contract"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("role", ["middle", "tail"])
+def test_bad_hidden_bundle_is_malformed(engine_factory, role, case):
+    rig = Rig(engine_factory, role)
+    rig.prefill("s", 0, 0, 2)
+    good = rig.bundle("s", 0, 2, 1)
+    name, bad, match = _hidden_cases(good)[case]
+    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+    assert match in str(err), (name, str(err))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_wrong_bundle_type_for_the_role(engine_factory, role):
+    rig = Rig(engine_factory, role)
+    rig.prefill("s", 0, 0, 2)
+    other = Rig(engine_factory, "middle" if rig.spec.role.takes_tokens else "full")
+    wrong = other.bundle("s", 0, 2, 1)
+    for bad in (wrong, SampleBundle("s", 0, 3, 1), None, {"session_id": "s"}, "s", 42):
+        err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+        assert "takes" in str(err)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_decode_takes_exactly_one_position(engine_factory, role):
+    rig = Rig(engine_factory, role)
+    rig.prefill("s", 0, 0, 2)
+    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(rig.bundle("s", 0, 2, 2)))
+    assert "exactly one" in str(err)
+
+
+@pytest.mark.parametrize("op", ["cancel", "release"])
+@pytest.mark.parametrize("sid,epoch,match", [
+    (None, 0, "session_id"), ("", 0, "session_id"), (3, 0, "session_id"),
+    ("s", -1, "epoch"), ("s", "1", "epoch"), ("s", True, "epoch"), ("s", None, "epoch"),
+])
+def test_bad_close_arguments_are_malformed(engine_factory, op, sid, epoch, match):
+    rig = Rig(engine_factory, "full")
+    rig.prefill("s", 0, 0, 2)
+    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: getattr(rig.engine, op)(sid, epoch))
+    assert match in str(err)
+
+
+def test_sealed_refuses_values_it_cannot_checksum():
+    with pytest.raises(MalformedBundle, match="rows of floats"):
+        HiddenBundle.sealed("s", 0, 0, 1, [("x", 1.0)])
+
+
+def test_validate_refuses_what_is_not_a_bundle():
+    for thing in (None, 3, "bundle", {"kind": "token_bundle"}, ShardSpec("m", 2, 0, 2)):
+        with pytest.raises(MalformedBundle, match="expected a TokenBundle"):
+            validate(thing)
+
+
+def test_validate_sample_bundle():
+    spec = ShardSpec("m", 2, 0, 2, vocab_size=10)
+    validate(SampleBundle("s", 0, 1, 9), spec)
+    for bad, match in ((SampleBundle("s", 0, 0, 1), "pos"), (SampleBundle("s", 0, 1, 10), "outside"),
+                       (SampleBundle("s", 0, 1, -1), "token"), (SampleBundle("s", "0", 1, 1), "epoch")):
+        with pytest.raises(MalformedBundle, match=match):
+            validate(bad, spec)
+
+
+def test_validate_without_spec_checks_what_the_bundle_alone_shows():
+    validate(TokenBundle("s", 0, 0, (10**6,)))  # no vocab to compare with
+    with pytest.raises(MalformedBundle, match="shape"):
+        validate(HiddenBundle.sealed("s", 0, 0, 1, [(0.0, 1.0), (0.0,)]))
+
+
+def test_malformed_error_names_session_and_epoch_when_well_typed():
+    with pytest.raises(MalformedBundle) as info:
+        validate(TokenBundle("s", 3, 0, ()))
+    assert (info.value.session_id, info.value.epoch) == ("s", 3)
+    with pytest.raises(MalformedBundle) as info:
+        validate(TokenBundle(5, "x", 0, (1,)))
+    assert (info.value.session_id, info.value.epoch) == (None, None)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(model_id=""), "model_id"), (dict(model_id=3), "model_id"),
+    (dict(n_layers=0), "n_layers"), (dict(n_layers=2.0), "n_layers"),
+    (dict(start_layer=2, end_layer=2), "start_layer < end_layer"),
+    (dict(start_layer=-1), "start_layer"), (dict(end_layer=5), "end_layer <= n_layers"),
+    (dict(start_layer="0"), "start_layer"), (dict(hidden_size=3), "hidden_size"),
+    (dict(vocab_size=1), "vocab_size"), (dict(vocab_size=True), "vocab_size"),
+])
+def test_impossible_spec_raises_value_error(kw, match):
+    args = dict(model_id="m", n_layers=4, start_layer=0, end_layer=4) | kw
+    with pytest.raises(ValueError, match=match):
+        ShardSpec(**args)
+
+
+@pytest.mark.parametrize("start,end,role", [(0, 4, "FULL"), (0, 1, "HEAD"), (1, 3, "MIDDLE"), (3, 4, "TAIL")])
+def test_spec_role(start, end, role):
+    assert ShardSpec("m", 4, start, end).role.name == role
+
+
+def test_engine_needs_a_spec():
+    from fakeshard import FakeShardEngine
+
+    with pytest.raises(TypeError, match="ShardSpec"):
+        FakeShardEngine({"model_id": "m"})
+    with pytest.raises(ValueError, match="seed"):
+        FakeShardEngine(ShardSpec("m", 2, 0, 2), seed="1")
+    with pytest.raises(TypeError, match="clock"):
+        FakeShardEngine(ShardSpec("m", 2, 0, 2), clock=object())

@@ -1,0 +1,48 @@
+"""The README's examples and the modules' docstring examples run."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import fakeshard
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_python_examples_run():
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+
+
+def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
+    commands = re.findall(r"```sh\n(.*?)\n```", README, flags=re.S)[:2]
+    assert "fakeshard demo" in commands[0]
+    assert "pytest" in commands[1]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(fakeshard.__path__, "fakeshard.")
+                 if m.name not in ("fakeshard.__main__",))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, extraglobs=vars(fakeshard), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+
+
+def test_public_face_is_sorted_and_complete():
+    assert fakeshard.__all__ == sorted(fakeshard.__all__)
+    for name in fakeshard.__all__:
+        assert hasattr(fakeshard, name)

@@ -1,0 +1,340 @@
+"""Fault plans: each fault's effect, how rules are drawn, and exact replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakeshard import (
+    CacheMiss,
+    Crash,
+    Delay,
+    DropResponse,
+    EngineCrashed,
+    FaultPlan,
+    FaultRule,
+    HiddenBundle,
+    Malformed,
+    MalformedBundle,
+    MemoryPressure,
+    OutOfMemory,
+    PositionMismatch,
+    ResponseLost,
+    SampleBundle,
+    StaleEpoch,
+    validate,
+)
+from fakeshard.faults import MALFORMED_KINDS
+from tests.support import ROLES, Rig, raises_untouched
+
+
+def plan(*rules, seed=0):
+    return FaultPlan(tuple(rules), seed=seed)
+
+
+# -- Delay ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_delay_costs_clock_time_and_changes_nothing_else(engine_factory, role):
+    slow = Rig(engine_factory, role, faults=plan(FaultRule(Delay(1.25), op="prefill", count=None)))
+    fast = Rig(engine_factory, role)
+    assert slow.prefill("s", 0, 0, 3) == fast.prefill("s", 0, 0, 3)
+    assert slow.clock.now() == 1.25 and fast.clock.now() == 0.0
+    assert slow.decode("s", 0, 3) == fast.decode("s", 0, 3)
+    assert slow.clock.now() == 1.25  # decode is not targeted
+
+
+def test_delay_applies_to_a_failing_call_too(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(0.5))))
+    with pytest.raises(CacheMiss):
+        rig.decode("s", 0, 0)
+    assert rig.clock.now() == 0.5
+
+
+def test_without_faults_calls_take_no_time(engine_factory):
+    rig = Rig(engine_factory, "full")
+    rig.prefill("s", 0, 0, 4)
+    rig.decode("s", 0, 4)
+    rig.engine.release("s", 0)
+    assert rig.clock.now() == 0.0
+
+
+# -- MemoryPressure --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("capacity", [None, 100])
+def test_memory_pressure_none_fails_the_allocation(engine_factory, capacity):
+    rig = Rig(engine_factory, "full", capacity_tokens=capacity,
+              faults=plan(FaultRule(MemoryPressure(), op="decode")))
+    rig.prefill("s", 0, 0, 2)
+    raises_untouched(rig, ["s"], OutOfMemory, lambda: rig.decode("s", 0, 2))
+    rig.decode("s", 0, 2)  # count=1: spent
+
+
+def test_memory_pressure_reserve_shrinks_capacity_for_the_call(engine_factory):
+    rig = Rig(engine_factory, "full", capacity_tokens=10,
+              faults=plan(FaultRule(MemoryPressure(3), op="prefill", count=2)))
+    rig.prefill("a", 0, 0, 4)                     # 4 <= 10 - 3 - 0
+    raises_untouched(rig, ["a", "b"], OutOfMemory, lambda: rig.prefill("b", 0, 0, 4))  # 4 > 10 - 3 - 4
+    rig.prefill("b", 0, 0, 6)                     # rule spent: 6 <= 10 - 4
+    assert rig.engine.used_tokens == 10
+
+
+def test_memory_pressure_reserve_without_capacity_has_no_effect(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(10**6), count=None)))
+    rig.prefill("s", 0, 0, 50)
+
+
+def test_memory_pressure_is_spent_on_a_call_that_fails_first(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(), op="prefill")))
+    raises_untouched(rig, ["s"], CacheMiss, lambda: rig.prefill("s", 0, 3, 1))
+    rig.prefill("s", 0, 0, 1)
+
+
+def test_memory_pressure_on_close_is_spent_without_effect(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(), op="cancel")))
+    rig.prefill("s", 0, 0, 1)
+    rig.engine.cancel("s", 0)
+    assert rig.engine.session("s").status == "cancelled"
+
+
+# -- Malformed ----------------------------------------------------------------------------
+
+HIDDEN_KINDS = ("checksum", "shape", "layer", "nan", "session", "epoch", "position")
+SAMPLE_KINDS = ("token_range", "session", "epoch", "position")
+
+
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+@pytest.mark.parametrize("role", ROLES)
+def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory, role, kind):
+    rig = Rig(engine_factory, role, faults=plan(FaultRule(Malformed(kind), op="decode")))
+    clean = Rig(engine_factory, role)
+    for r in (rig, clean):
+        r.prefill("s", 0, 0, 2)
+    out, good = rig.decode("s", 0, 2), clean.decode("s", 0, 2)
+    assert rig.engine.session("s") == clean.engine.session("s")  # the call was applied
+    applies = kind in (SAMPLE_KINDS if rig.spec.role.samples else HIDDEN_KINDS)
+    if not applies:
+        assert out == good  # no field for it: spent without effect
+        return
+    assert out != good
+    if isinstance(out, HiddenBundle):
+        changed = {
+            "checksum": out.checksum != good.checksum and out.hidden == good.hidden,
+            "shape": len(out.hidden[0]) == len(good.hidden[0]) - 1,
+            "layer": out.layer == good.layer + 1,
+            "nan": out.hidden[0][0] != out.hidden[0][0],
+            "session": out.session_id != good.session_id,
+            "epoch": out.epoch == good.epoch + 1,
+            "position": out.start_pos == good.start_pos + 1,
+        }
+    else:
+        assert isinstance(out, SampleBundle)
+        changed = {
+            "token_range": out.token == rig.spec.vocab_size,
+            "session": out.session_id != good.session_id,
+            "epoch": out.epoch == good.epoch + 1,
+            "position": out.pos == good.pos + 1,
+        }
+    assert changed[kind]
+    if kind in ("checksum", "shape", "nan", "token_range"):
+        with pytest.raises(MalformedBundle):
+            validate(out, rig.spec.with_layers(0, rig.spec.n_layers))
+    else:
+        validate(out)  # looks fine alone: only the receiver or the Pipeline can tell
+
+
+def test_malformed_layer_is_refused_by_the_next_engine(engine_factory):
+    head = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("layer"))))
+    tail = Rig(engine_factory, "tail")
+    out = head.prefill("s", 0, 0, 2)
+    with pytest.raises(MalformedBundle, match="layer"):
+        tail.engine.prefill(out)
+
+
+@pytest.mark.parametrize("op", ["cancel", "release"])
+def test_malformed_on_close_is_spent_without_effect(engine_factory, op):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Malformed("nan"))))
+    assert getattr(rig.engine, op)("s", 0) is None
+
+
+# -- Crash -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["prefill", "decode", "cancel", "release"])
+def test_crash_takes_the_engine_down_before_applying(engine_factory, op):
+    nth = 2 if op == "prefill" else 1  # the setup prefill is matching call 1
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Crash(), op=op, nth=nth)))
+    rig.prefill("s", 0, 0, 2)
+    call = {"prefill": lambda: rig.prefill("t", 0, 0, 1), "decode": lambda: rig.decode("s", 0, 2),
+            "cancel": lambda: rig.engine.cancel("s", 0), "release": lambda: rig.engine.release("s", 0)}[op]
+    with pytest.raises(EngineCrashed) as info:
+        call()
+    assert info.value.session_id in ("s", "t") and info.value.epoch == 0
+    assert rig.engine.used_tokens == 0 and rig.engine.session("s") is None
+    with pytest.raises(EngineCrashed):
+        rig.prefill("s", 0, 0, 1)
+    rig.engine.restart()
+    assert rig.engine.session("t") is None  # not applied
+    rig.prefill("s", 0, 0, 1)
+
+
+# -- DropResponse -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_dropped_response_is_applied(engine_factory, role):
+    rig = Rig(engine_factory, role, faults=plan(FaultRule(DropResponse(), op="decode")))
+    rig.prefill("s", 0, 0, 2)
+    with pytest.raises(ResponseLost) as info:
+        rig.decode("s", 0, 2)
+    assert (info.value.code, info.value.session_id, info.value.epoch) == ("response_lost", "s", 0)
+    assert rig.engine.session("s").cached_tokens == 3
+    # A blind retry now sees the position moved on: the ambiguity is real.
+    with pytest.raises(PositionMismatch) as mismatch:
+        rig.decode("s", 0, 2)
+    assert (mismatch.value.expected, mismatch.value.got) == (3, 2)
+
+
+@pytest.mark.parametrize("op", ["cancel", "release"])
+def test_dropped_close_is_applied(engine_factory, op):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse(), op=op)))
+    rig.prefill("s", 0, 0, 2)
+    with pytest.raises(ResponseLost):
+        getattr(rig.engine, op)("s", 0)
+    assert rig.engine.session("s").cached_tokens == 0
+    assert rig.engine.session("s").status in ("cancelled", "released")
+
+
+def test_drop_is_spent_on_a_call_that_fails_first(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse())))
+    raises_untouched(rig, ["s"], CacheMiss, lambda: rig.decode("s", 0, 0))
+    rig.prefill("s", 0, 0, 1)  # no ResponseLost: the drop was spent on the failed call
+    assert len(rig.engine.fault_log) == 1
+
+
+# -- how rules are drawn ---------------------------------------------------------------------------
+
+
+def _fired_calls(engine):
+    return [f.call for f in engine.fault_log]
+
+
+def test_nth_and_count_select_a_window_of_matching_calls(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), op="decode", nth=2, count=3)))
+    rig.prefill("s", 0, 0, 1)
+    for pos in range(1, 7):
+        rig.decode("s", 0, pos)
+    # Calls: 1 prefill, then decodes 2..7; matching decodes 2, 3, 4 (calls 3, 4, 5).
+    assert _fired_calls(rig.engine) == [3, 4, 5]
+    assert rig.clock.now() == 3.0
+
+
+def test_count_none_fires_on_every_call_from_nth(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), nth=3, count=None)))
+    rig.prefill("s", 0, 0, 1)
+    for pos in range(1, 6):
+        rig.decode("s", 0, pos)
+    assert _fired_calls(rig.engine) == [3, 4, 5, 6]
+
+
+def test_failing_calls_count_as_matching(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse(), op="decode", nth=2)))
+    with pytest.raises(CacheMiss):
+        rig.decode("s", 0, 0)  # matching call 1, fails
+    rig.prefill("s", 0, 0, 1)
+    with pytest.raises(ResponseLost):
+        rig.decode("s", 0, 1)  # matching call 2
+
+
+def test_session_targeting(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Crash(), session_id="victim")))
+    rig.prefill("bystander", 0, 0, 2)
+    rig.engine.release("bystander", 0)
+    with pytest.raises(EngineCrashed):
+        rig.prefill("victim", 0, 0, 1)
+
+
+def test_stale_call_spends_a_drop(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse(), op="prefill", nth=2)))
+    rig.prefill("s", 3, 0, 1)
+    raises_untouched(rig, ["s"], StaleEpoch, lambda: rig.prefill("s", 1, 0, 1))
+    rig.prefill("s", 4, 0, 1)  # the drop was spent on the stale call
+
+
+def test_rules_combine_on_one_call(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(
+        FaultRule(Delay(0.5)), FaultRule(Delay(0.25)), FaultRule(Malformed("position")),
+        FaultRule(DropResponse())))
+    with pytest.raises(ResponseLost):
+        rig.prefill("s", 0, 0, 2)
+    assert rig.clock.now() == 0.75
+    assert [type(f.fault).__name__ for f in rig.engine.fault_log] == [
+        "Delay", "Delay", "Malformed", "DropResponse"]
+    assert rig.engine.session("s").cached_tokens == 2
+
+
+def test_crash_pre_empts_other_faults(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse()), FaultRule(Crash())))
+    with pytest.raises(EngineCrashed):
+        rig.prefill("s", 0, 0, 2)
+
+
+def test_probability_replays_exactly_from_the_plan_seed(engine_factory):
+    def fired(seed):
+        rig = Rig(engine_factory, "full", faults=plan(
+            FaultRule(Delay(1.0), count=None, probability=0.5), seed=seed))
+        rig.prefill("s", 0, 0, 1)
+        for pos in range(1, 40):
+            rig.decode("s", 0, pos)
+        return _fired_calls(rig.engine)
+
+    first = fired(7)
+    assert first == fired(7)
+    assert 5 < len(first) < 35
+    assert first != fired(8)
+
+
+@pytest.mark.parametrize("p,expected", [(0.0, 0), (1.0, 10)])
+def test_probability_bounds(engine_factory, p, expected):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), count=None, probability=p)))
+    rig.prefill("s", 0, 0, 1)
+    for pos in range(1, 10):
+        rig.decode("s", 0, pos)
+    assert len(rig.engine.fault_log) == expected
+
+
+def test_fault_counters_survive_restart(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Crash(), op="prefill", nth=2)))
+    rig.prefill("s", 0, 0, 1)
+    with pytest.raises(EngineCrashed):
+        rig.prefill("t", 0, 0, 1)
+    rig.engine.restart()
+    rig.prefill("t", 0, 0, 1)  # the rule fired once (count=1) and is spent
+
+
+# -- bad rules ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: FaultRule(Delay(1), op="generate"), "op"),
+    (lambda: FaultRule(Delay(1), nth=0), "nth"),
+    (lambda: FaultRule(Delay(1), count=0), "count"),
+    (lambda: FaultRule(Delay(1), probability=1.5), "probability"),
+    (lambda: FaultRule(Delay(1), session_id=3), "session_id"),
+    (lambda: FaultRule("crash"), "fault"),
+    (lambda: Delay(-1), "seconds"),
+    (lambda: Delay(float("inf")), "seconds"),
+    (lambda: MemoryPressure(-2), "reserve_tokens"),
+    (lambda: Malformed("bitflip"), "kind"),
+    (lambda: FaultPlan(("not a rule",)), "rules"),
+    (lambda: FaultPlan((), seed="x"), "seed"),
+])
+def test_bad_fault_records_name_the_field(make, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        make()
+
+
+def test_engine_refuses_a_plan_that_is_not_a_plan(engine_factory):
+    with pytest.raises(TypeError, match="faults"):
+        Rig(engine_factory, "full", faults=[FaultRule(Crash())])

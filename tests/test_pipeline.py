@@ -1,0 +1,120 @@
+"""Pipeline: tiling, output checks before passing on, fan-out of cancel/release, generate."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakeshard import (
+    Crash,
+    EngineCrashed,
+    FaultPlan,
+    FaultRule,
+    Malformed,
+    MalformedBundle,
+    Pipeline,
+    ShardSpec,
+    StaleEpoch,
+)
+from fakeshard.faults import MALFORMED_KINDS
+
+SPEC = ShardSpec("pipe-model", n_layers=6, start_layer=0, end_layer=6)
+RANGES = ((0, 2), (2, 4), (4, 6))
+
+
+def build(factory, ranges=RANGES, plans=None, **kw):
+    plans = plans or {}
+    return Pipeline([factory(SPEC.with_layers(a, b), faults=plans.get(i), **kw)
+                     for i, (a, b) in enumerate(ranges)])
+
+
+@pytest.mark.parametrize("ranges,match", [
+    ((), "at least one"),
+    (((0, 2), (3, 6)), "starts at layer 3, expected 2"),
+    (((0, 3), (2, 6)), "starts at layer 2, expected 3"),
+    (((2, 4), (0, 2), (4, 6)), "starts at layer 2, expected 0"),
+    (((0, 2), (2, 4)), "end at layer 4"),
+])
+def test_stages_must_tile_the_model(engine_factory, ranges, match):
+    with pytest.raises(ValueError, match=match):
+        build(engine_factory, ranges)
+
+
+def test_stages_must_be_one_model(engine_factory):
+    other = ShardSpec("other-model", 6, 2, 6)
+    with pytest.raises(ValueError, match="another model"):
+        Pipeline([engine_factory(SPEC.with_layers(0, 2)), engine_factory(other)])
+    with pytest.raises(ValueError, match="ShardSpec"):
+        Pipeline([object()])
+
+
+def test_generate_leaves_the_session_open(engine_factory):
+    pipe = build(engine_factory)
+    tokens = pipe.generate("s", [3, 1, 4], 5, epoch=2)
+    assert len(tokens) == 5 and all(0 <= t < SPEC.vocab_size for t in tokens)
+    for stage in pipe.stages:
+        view = stage.session("s")
+        assert (view.epoch, view.status, view.cached_tokens) == (2, "live", 3 + 5 - 1)
+    nxt = pipe.decode("s", 2, 7, tokens[-1])
+    assert nxt.pos == 8
+    pipe.release("s", 2)
+    assert pipe.used_tokens == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.0, True])
+def test_generate_needs_at_least_one_token(engine_factory, bad):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        build(engine_factory).generate("s", [1], bad)
+
+
+def test_bad_prompt_is_malformed_and_touches_nothing(engine_factory):
+    pipe = build(engine_factory)
+    for prompt in ([], [1, 999], ["a"]):
+        with pytest.raises(MalformedBundle):
+            pipe.prefill("s", 0, 0, prompt)
+    assert pipe.used_tokens == 0 and all(stage.session("s") is None for stage in pipe.stages)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+def test_malformed_output_is_stopped_before_it_is_passed_on(engine_factory, stage, kind):
+    pipe = build(engine_factory, plans={stage: FaultPlan((FaultRule(Malformed(kind), op="decode"),))})
+    pipe.prefill("s", 0, 0, [1, 2])
+    last = stage == len(RANGES) - 1
+    has_field = kind in (("token_range", "session", "epoch", "position") if last else
+                         ("checksum", "shape", "layer", "nan", "session", "epoch", "position"))
+    if not has_field:
+        pipe.decode("s", 0, 2, 3)  # spent without effect
+        return
+    with pytest.raises(MalformedBundle, match=f"stage {stage}") as info:
+        pipe.decode("s", 0, 2, 3)
+    assert (info.value.session_id, info.value.epoch) == ("s", 0)
+    # Stages after the broken one never saw the call.
+    for later in pipe.stages[stage + 1:]:
+        assert later.session("s").cached_tokens == 2
+    assert pipe.stages[stage].session("s").cached_tokens == 3
+
+
+def test_cancel_reaches_every_stage_even_past_a_failure(engine_factory):
+    pipe = build(engine_factory, plans={1: FaultPlan((FaultRule(Crash(), op="cancel"),))})
+    pipe.prefill("s", 0, 0, [1, 2, 3])
+    with pytest.raises(EngineCrashed):
+        pipe.cancel("s", 0)
+    assert pipe.stages[0].session("s").status == "cancelled"
+    assert pipe.stages[2].session("s").status == "cancelled"
+    assert pipe.used_tokens == 0
+
+
+def test_release_raises_the_first_error_after_trying_all(engine_factory):
+    pipe = build(engine_factory)
+    pipe.prefill("s", 3, 0, [1])
+    pipe.stages[2].release("s", 4)
+    pipe.stages[1].release("s", 5)
+    with pytest.raises(StaleEpoch) as info:
+        pipe.release("s", 3)
+    assert info.value.epoch == 3 and pipe.stages[0].session("s").status == "released"
+
+
+def test_evidence_class_is_the_weakest_stage(engine_factory):
+    pipe = build(engine_factory)
+    assert pipe.evidence_class == pipe.stages[0].evidence_class
+    assert "0..2, 2..4, 4..6" in repr(pipe)

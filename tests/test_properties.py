@@ -1,0 +1,85 @@
+"""The contract's determinism section, as properties over random models and inputs."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakeshard import Pipeline, ShardSpec, TokenBundle
+
+prompts = st.lists(st.integers(0, 255), min_size=1, max_size=12)
+seeds = st.integers(-(2**31), 2**31)
+
+
+@st.composite
+def splits(draw):
+    n_layers = draw(st.integers(1, 8))
+    cuts = sorted(draw(st.sets(st.integers(1, n_layers - 1), max_size=n_layers - 1))) if n_layers > 1 else []
+    bounds = [0, *cuts, n_layers]
+    return n_layers, list(zip(bounds, bounds[1:]))
+
+
+@st.composite
+def chunkings(draw, n):
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    return list(zip(bounds, bounds[1:]))
+
+
+def full_pipeline(factory, n_layers, seed, model_id="prop-model"):
+    return Pipeline([factory(ShardSpec(model_id, n_layers, 0, n_layers), seed=seed)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(splits(), prompts, st.integers(1, 6), seeds)
+def test_any_split_yields_the_full_engines_tokens(engine_factory, split, prompt, new, seed):
+    n_layers, ranges = split
+    spec = ShardSpec("prop-model", n_layers, 0, n_layers)
+    pipe = Pipeline([engine_factory(spec.with_layers(a, b), seed=seed) for a, b in ranges])
+    assert pipe.generate("s", prompt, new) == full_pipeline(engine_factory, n_layers, seed).generate("s", prompt, new)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), prompts, seeds)
+def test_chunked_prefill_equals_one_prefill(engine_factory, data, prompt, seed):
+    spec = ShardSpec("prop-model", 4, 0, 2)  # a head: its hidden rows are visible
+    whole = engine_factory(spec, seed=seed).prefill(TokenBundle("s", 0, 0, tuple(prompt)))
+    chunked = engine_factory(spec, seed=seed)
+    rows = []
+    for a, b in data.draw(chunkings(len(prompt))):
+        rows.extend(chunked.prefill(TokenBundle("s", 0, a, tuple(prompt[a:b]))).hidden)
+    assert tuple(rows) == whole.hidden
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompts, st.integers(1, 6), seeds, st.integers(1, 50))
+def test_replay_under_a_new_epoch_reproduces_the_next_tokens(engine_factory, prompt, new, seed, epoch):
+    expected = full_pipeline(engine_factory, 3, seed).generate("s", prompt, new + 1)
+    first = full_pipeline(engine_factory, 3, seed)
+    tokens = first.generate("s", prompt, new, epoch=0)
+    history = prompt + tokens[:-1]
+    # Replay the history at a newer epoch on the same engine and on a fresh one.
+    for pipe in (first, full_pipeline(engine_factory, 3, seed)):
+        sample = pipe.prefill("s", epoch, 0, history)
+        assert sample.token == tokens[-1]
+        assert pipe.decode("s", epoch, sample.pos, sample.token).token == expected[new]
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompts, st.text(min_size=1, max_size=8), st.integers(0, 2**40), seeds)
+def test_outputs_ignore_session_id_and_epoch(engine_factory, prompt, sid, epoch, seed):
+    pipe = full_pipeline(engine_factory, 2, seed)
+    assert pipe.generate(sid, prompt, 3, epoch=epoch) == pipe.generate("other", prompt, 3, epoch=0)
+
+
+def test_outputs_depend_on_model_seed_and_every_earlier_token(engine_factory):
+    prompt = list(range(10, 30))
+
+    def run(model_id="prop-model", seed=0, tokens=prompt):
+        return full_pipeline(engine_factory, 3, seed, model_id).generate("s", tokens, 8)
+
+    base = run()
+    assert run(seed=1) != base
+    assert run(model_id="prop-model-2") != base
+    # Changing the first token changes later outputs: position p sees tokens 0..p.
+    assert run(tokens=[11] + prompt[1:]) != base

@@ -1,0 +1,216 @@
+"""fakeshard.wire: round trips for every value, and only MalformedBundle for bad text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakeshard import (
+    CacheMiss,
+    Crash,
+    Delay,
+    DropResponse,
+    FaultPlan,
+    FaultRule,
+    HiddenBundle,
+    Malformed,
+    MalformedBundle,
+    MemoryPressure,
+    SampleBundle,
+    TokenBundle,
+)
+from fakeshard import wire
+from fakeshard.errors import ERROR_CODES
+from fakeshard.faults import MALFORMED_KINDS, OPS
+
+ids = st.text(min_size=1, max_size=12)
+naturals = st.integers(min_value=0, max_value=2**40)
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def hidden_bundles(draw):
+    rows, cols = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    hidden = [[draw(finite) for _ in range(cols)] for _ in range(rows)]
+    return HiddenBundle.sealed(draw(ids), draw(naturals), draw(naturals), draw(st.integers(1, 99)), hidden)
+
+
+bundles = st.one_of(
+    st.builds(TokenBundle, ids, naturals, naturals, st.lists(naturals, min_size=1, max_size=8).map(tuple)),
+    hidden_bundles(),
+    st.builds(SampleBundle, ids, naturals, st.integers(1, 2**40), naturals),
+)
+faults = st.one_of(
+    st.builds(Delay, st.floats(0, 1e6, allow_nan=False)),
+    st.builds(MemoryPressure, st.none() | naturals),
+    st.builds(Malformed, st.sampled_from(MALFORMED_KINDS)),
+    st.just(Crash()),
+    st.just(DropResponse()),
+)
+rules = st.builds(
+    FaultRule, faults, st.sampled_from(("any",) + OPS), st.none() | ids,
+    st.integers(1, 100), st.none() | st.integers(1, 100), st.floats(0, 1),
+)
+plans = st.builds(FaultPlan, st.lists(rules, max_size=4).map(tuple), st.integers(-(2**63), 2**63))
+
+
+@st.composite
+def errors(draw):
+    cls = draw(st.sampled_from(sorted(ERROR_CODES.values(), key=lambda c: c.code)))
+    extra = {name: draw(naturals) for name in cls._extra}
+    return cls(draw(st.text()), session_id=draw(st.none() | ids), epoch=draw(st.none() | naturals), **extra)
+
+
+@given(st.one_of(bundles, plans, rules, errors()))
+def test_round_trip(value):
+    text = wire.dumps(value)
+    data = json.loads(text)
+    assert data["contract"] == "1" and isinstance(data["kind"], str)
+    back = wire.loads(text)
+    assert type(back) is type(value) and back == value
+    assert wire.dumps(back) == text
+
+
+def test_bytes_are_accepted():
+    text = wire.dumps(SampleBundle("s", 1, 2, 3))
+    assert wire.loads(text.encode()) == SampleBundle("s", 1, 2, 3)
+
+
+def test_golden_layout_of_each_kind():
+    """The wire layout is a format: pin one document of each kind."""
+    plan = FaultPlan((FaultRule(MemoryPressure(4), op="prefill", nth=2, count=None, probability=0.5),), seed=9)
+    assert wire.dumps(plan) == (
+        '{"kind": "fault_plan", "contract": "1", "seed": 9, "rules": [{"fault": {"type": '
+        '"memory_pressure", "reserve_tokens": 4}, "op": "prefill", "session_id": null, "nth": 2, '
+        '"count": null, "probability": 0.5}]}'
+    )
+    assert wire.dumps(CacheMiss("m", session_id="s", epoch=2, expected=0, got=5)) == (
+        '{"kind": "error", "contract": "1", "code": "cache_miss", "message": "m", '
+        '"session_id": "s", "epoch": 2, "expected": 0, "got": 5}'
+    )
+    assert wire.dumps(HiddenBundle.sealed("s", 0, 1, 2, [[0.5, -1.0]])) == (
+        '{"kind": "hidden_bundle", "contract": "1", "session_id": "s", "epoch": 0, "start_pos": 1, '
+        '"layer": 2, "hidden": [[0.5, -1.0]], "checksum": "%s"}'
+        % HiddenBundle.sealed("s", 0, 1, 2, [[0.5, -1.0]]).checksum
+    )
+
+
+def test_dumps_refuses_what_the_wire_does_not_carry():
+    with pytest.raises(TypeError, match="wire.dumps"):
+        wire.dumps({"kind": "token_bundle"})
+
+
+GOOD = json.loads(wire.dumps(TokenBundle("s", 1, 0, (1, 2))))
+GOOD_HIDDEN = json.loads(wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, [[0.25, 0.5]])))
+GOOD_PLAN = json.loads(wire.dumps(FaultPlan((FaultRule(Delay(1.0)),))))
+GOOD_ERROR = json.loads(wire.dumps(CacheMiss("m", session_id="s", epoch=1, expected=0, got=2)))
+
+
+def _with(doc, **changes):
+    out = json.loads(json.dumps(doc))
+    for key, value in changes.items():
+        if value is ...:
+            del out[key]
+        else:
+            out[key] = value
+    return json.dumps(out)
+
+
+BAD_TEXTS = [
+    ("not json", "{nope", "not JSON"),
+    ("empty", "", "not JSON"),
+    ("array", "[1, 2]", "JSON object"),
+    ("no kind", _with(GOOD, kind=...), "kind"),
+    ("unknown kind", _with(GOOD, kind="tensor"), "kind"),
+    ("kind type", _with(GOOD, kind=3), "kind"),
+    ("old version", _with(GOOD, contract="0"), "contract version"),
+    ("version as int", _with(GOOD, contract=1), "contract version"),
+    ("missing field", _with(GOOD, epoch=...), "missing field 'epoch'"),
+    ("extra field", _with(GOOD, priority=1), "unknown field"),
+    ("string for int", _with(GOOD, epoch="1"), "epoch must be an integer"),
+    ("float for int", _with(GOOD, epoch=1.5), "epoch must be an integer"),
+    ("bool for int", _with(GOOD, epoch=True), "epoch must be an integer"),
+    ("null for int", _with(GOOD, start_pos=None), "start_pos must be an integer"),
+    ("tokens not a list", _with(GOOD, tokens="12"), "tokens must be an array"),
+    ("token a string", _with(GOOD, tokens=[1, "2"]), r"tokens[1]"),
+    ("empty tokens", _with(GOOD, tokens=[]), "tokens must be a non-empty"),
+    ("negative epoch", _with(GOOD, epoch=-1), "epoch must be >= 0"),
+    ("NaN", json.dumps(GOOD_HIDDEN).replace("0.25", "NaN"), "non-finite"),
+    ("Infinity", json.dumps(GOOD_HIDDEN).replace("0.25", "Infinity"), "non-finite"),
+    ("huge number", json.dumps(GOOD_HIDDEN).replace("0.25", "1" + "0" * 400), "too large"),
+    ("bad checksum", _with(GOOD_HIDDEN, checksum="00"), "checksum"),
+    ("ragged hidden", _with(GOOD_HIDDEN, hidden=[[0.25, 0.5], [0.1]]), "shape"),
+    ("bad fault type", json.dumps(GOOD_PLAN).replace('"delay"', '"meteor"'), "type must be one of"),
+    ("fault field", json.dumps(GOOD_PLAN).replace('"seconds"', '"secs"'), "unknown field"),
+    ("negative delay", json.dumps(GOOD_PLAN).replace("1.0}", "-1.0}"), "seconds"),
+    ("rule op", json.dumps(GOOD_PLAN).replace('"any"', '"explode"'), "op"),
+    ("rules not a list", _with(GOOD_PLAN, rules={}), "rules must be an array"),
+    ("error code", _with(GOOD_ERROR, code="boom"), "code must be one of"),
+    ("error missing got", _with(GOOD_ERROR, got=...), "missing field"),
+    ("error extra", _with(GOOD_ERROR, detail="x"), "unknown field"),
+    ("error epoch type", _with(GOOD_ERROR, epoch="1"), "epoch must be an integer"),
+    ("deep nesting", "[" * 100000 + "]" * 100000, "nested too deeply"),
+    ("not text", 42, "takes str or bytes"),
+    ("bad utf-8", b"\xff\xfe{", "UTF-8"),
+]
+
+
+@pytest.mark.parametrize("name,text,match", BAD_TEXTS, ids=[c[0] for c in BAD_TEXTS])
+def test_bad_text_is_malformed(name, text, match):
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads(text)
+    assert match in str(info.value), str(info.value)
+
+
+def test_oversized_text_is_refused_before_parsing():
+    text = wire.dumps(TokenBundle("s", 0, 0, tuple(range(100))))
+    with pytest.raises(MalformedBundle, match="over the limit"):
+        wire.loads(text, max_chars=len(text) - 1)
+    with pytest.raises(MalformedBundle, match="over the limit"):
+        wire.loads(text.encode(), max_chars=10)
+    assert wire.loads(text, max_chars=len(text)).tokens == tuple(range(100))
+
+
+def test_nan_output_travels_and_is_refused_at_the_receiver():
+    broken = HiddenBundle.sealed("s", 0, 0, 1, [[float("nan"), 0.0]])
+    with pytest.raises(MalformedBundle, match="non-finite"):
+        wire.loads(wire.dumps(broken))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(st.one_of(st.text(), st.binary(), json_values.map(json.dumps)))
+def test_junk_raises_only_malformed(text):
+    try:
+        wire.loads(text)
+    except MalformedBundle:
+        pass
+
+
+def _mutations(doc):
+    keys = sorted(doc)
+    values = st.one_of(json_values, st.sampled_from([None, True, -1, 1.5, "1", [], {}]))
+    drop = st.sampled_from(keys).map(lambda k: {kk: v for kk, v in doc.items() if kk != k})
+    change = st.tuples(st.sampled_from(keys), values).map(lambda kv: {**doc, kv[0]: kv[1]})
+    add = st.tuples(st.text(max_size=6), values).map(lambda kv: {**doc, kv[0]: kv[1]})
+    return st.one_of(drop, change, add)
+
+
+@settings(max_examples=300)
+@given(st.sampled_from([GOOD, GOOD_HIDDEN, GOOD_PLAN, GOOD_ERROR]).flatmap(_mutations))
+def test_mutated_documents_are_malformed_or_valid(doc):
+    try:
+        value = wire.loads(json.dumps(doc))
+    except MalformedBundle:
+        return
+    # A mutation that happens to stay valid must read back as what it says.
+    assert json.loads(wire.dumps(value)) == doc
