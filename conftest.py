@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fakeshard.factory import FactoryError, evidence_class_of, load_factory, resolve_factory_name
+from stateful import profiles
+
+# The default profile; `--hypothesis-profile NAME` (Hypothesis's own option) overrides it.
+profiles.load_default()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

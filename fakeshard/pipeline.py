@@ -57,6 +57,9 @@ class Pipeline:
             )
         self.stages = stages
         self.spec = first.with_layers(0, first.n_layers)
+        #: Index of the stage whose call or output failed the last call, else ``None``
+        #: (what a coordinator needs to know where to re-route).
+        self.last_failed_stage: int | None = None
         classes = {getattr(stage, "evidence_class", "fixture") for stage in stages}
         #: "real-model" only if every stage runs real weights.
         self.evidence_class = "real-model" if classes == {"real-model"} else "fixture"
@@ -80,9 +83,14 @@ class Pipeline:
     def _run(self, op: str, request: TokenBundle) -> SampleBundle:
         bundle: Any = request
         n = len(request.tokens) if isinstance(request.tokens, tuple) else 0
+        self.last_failed_stage = None
         for i, stage in enumerate(self.stages):
-            out = getattr(stage, op)(bundle)
-            self._check(i, op, request, n, out)
+            try:
+                out = getattr(stage, op)(bundle)
+                self._check(i, op, request, n, out)
+            except ShardError:
+                self.last_failed_stage = i
+                raise
             bundle = out
         return bundle
 
@@ -127,12 +135,14 @@ class Pipeline:
 
     def _everywhere(self, op: str, session_id: str, epoch: int) -> None:
         first: ShardError | None = None
-        for stage in self.stages:
+        self.last_failed_stage = None
+        for i, stage in enumerate(self.stages):
             try:
                 getattr(stage, op)(session_id, epoch)
             except ShardError as exc:
                 if first is None:
                     first = exc
+                    self.last_failed_stage = i
         if first is not None:
             raise first
 

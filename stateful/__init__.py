@@ -1,0 +1,1 @@
+"""Hypothesis state machines that check an engine against the reference model."""

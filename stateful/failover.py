@@ -1,0 +1,202 @@
+"""The Pipeline failover machine: stages, spares, faults, and the reference coordinator.
+
+Invariant: every session's tokens equal the fault-free stream (computed on
+one fresh FULL engine): no token lost, none duplicated, none changed; after
+every session is released, no node holds memory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fakeshard import (
+    Crash,
+    Delay,
+    DropResponse,
+    FaultPlan,
+    FaultRule,
+    Malformed,
+    MemoryPressure,
+    Pipeline,
+    ShardSpec,
+    VirtualClock,
+    wire,
+)
+from fakeshard.faults import MALFORMED_KINDS
+from stateful import probes
+from stateful.coordinator import Coordinator
+from stateful.machines import MachineConfig
+from stateful.runner import Divergence, InvalidStep
+from stateful.trace import Trace, git_commit, hypothesis_version
+
+SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
+RANGES = ((0, 2), (2, 4), (4, 6))
+SPARES_PER_STAGE = 1
+N_NODES = len(RANGES) * (1 + SPARES_PER_STAGE)
+SIDS = ("p", "q", "r")
+
+
+class FailoverRunner:
+    """Nodes built from the factory with their fault plans, a coordinator, and the reference streams."""
+
+    def __init__(self, factory: Callable[..., Any], *, factory_name: str, seed: int,
+                 plans: list[FaultPlan], tolerance: float = 0.0) -> None:
+        if len(plans) != N_NODES:
+            raise ValueError(f"failover needs {N_NODES} fault plans, got {len(plans)}")
+        self.factory, self.seed = factory, seed
+        self.clock = VirtualClock()
+        # Node k serves range k % 3; the first three form the route, the rest are spares.
+        nodes = [factory(SPEC.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
+                         faults=plans[k]) for k in range(N_NODES)]
+        route = nodes[:len(RANGES)]
+        spares = [[nodes[k] for k in range(len(RANGES), N_NODES) if k % len(RANGES) == i]
+                  for i in range(len(RANGES))]
+        self.coordinator = Coordinator(route, spares)
+        self.all_nodes = nodes
+        self._reference: dict[tuple[int, ...], list[int]] = {}
+        self.trace = Trace(
+            machine="failover", engine_factory=factory_name, evidence_class=str(nodes[0].evidence_class),
+            config={"seed": seed, "fault_plans": [json.loads(wire.dumps(p)) for p in plans]},
+            hypothesis_version=hypothesis_version(), git_commit=git_commit(),
+        )
+
+    @classmethod
+    def from_trace(cls, trace: Trace, factory: Callable[..., Any], factory_name: str,
+                   tolerance: float = 0.0) -> "FailoverRunner":
+        plans = [wire.loads(json.dumps(p)) for p in trace.config["fault_plans"]]
+        return cls(factory, factory_name=factory_name, seed=trace.config["seed"], plans=plans,
+                   tolerance=tolerance)
+
+    def reference(self, sid: str, n: int) -> list[int]:
+        """The first ``n`` tokens a fault-free FULL engine generates for the session's prompt."""
+        prompt = tuple(self.coordinator.sessions[sid].prompt)
+        have = self._reference.get(prompt, [])
+        if len(have) < n:
+            full = Pipeline([self.factory(SPEC, seed=self.seed)])
+            have = full.generate("reference", prompt, n)
+            self._reference[prompt] = have
+        return have[:n]
+
+    def run(self, step: dict[str, Any]) -> None:
+        op, sid = step["op"], step["session_id"]
+        c = self.coordinator
+        is_open = sid in c.sessions and c.sessions[sid].open
+        if is_open != (op != "start"):
+            raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")
+        self.trace.steps.append(step)
+        before = (c.reroutes, c.replays)
+        try:
+            if op == "start":
+                c.start(sid, step["prompt"])
+                result: Any = None
+            elif op == "next":
+                result = c.next_token(sid)
+            else:
+                c.release(sid)
+                result = None
+        except Exception as exc:
+            self.trace.actual.append({"outcome": "exception", "type": type(exc).__name__, "message": str(exc)})
+            self.trace.failure = f"step {len(self.trace.steps)} ({op} {sid}): {type(exc).__name__}: {exc}"
+            raise
+        s = c.sessions[sid]
+        self.trace.actual.append({"outcome": "ok", "token": result, "epoch": s.epoch})
+        self.trace.expected.append({"outcome": "ok", "tokens": self.reference(sid, len(s.generated))})
+        probes.record(["failover:" + op] + (["failover:reroute"] if c.reroutes > before[0] else [])
+                      + (["failover:replay"] if c.replays > before[1] else []))
+        problem = self.invariant_problem()
+        if problem is not None:
+            self.trace.failure = f"step {len(self.trace.steps)} ({op} {sid}): {problem}"
+            raise Divergence(self.trace.failure)
+
+    def invariant_problem(self) -> Optional[str]:
+        for sid, s in sorted(self.coordinator.sessions.items()):
+            expected = self.reference(sid, len(s.generated))
+            if s.generated != expected:
+                return f"session {sid!r} streamed {s.generated}, fault-free stream is {expected}"
+        return None
+
+    def finish(self) -> None:
+        """Release every open session; then no node may hold memory."""
+        for sid, s in sorted(self.coordinator.sessions.items()):
+            if s.open:
+                self.run({"op": "release", "session_id": sid})
+        held = {k: node.used_tokens for k, node in enumerate(self.all_nodes) if node.used_tokens}
+        if held:
+            self.trace.failure = f"after releasing every session, nodes still hold positions: {held}"
+            raise Divergence(self.trace.failure)
+
+
+node_faults = st.one_of(
+    st.just(Crash()), st.just(DropResponse()), st.builds(Malformed, st.sampled_from(MALFORMED_KINDS)),
+    st.builds(Delay, st.sampled_from([0.5, 1.0])), st.just(MemoryPressure()),
+)
+node_rules = st.builds(
+    FaultRule, fault=node_faults, op=st.sampled_from(["any", "prefill", "decode", "release"]),
+    session_id=st.none() | st.sampled_from(SIDS), nth=st.integers(1, 8), count=st.integers(1, 2),
+    probability=st.sampled_from([1.0, 0.5]),
+)
+node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), st.integers(0, 2**32))
+
+
+class FailoverMachine(RuleBasedStateMachine):
+    """Sessions through head -> middle -> tail with spares, under per-node fault plans."""
+
+    machine_name = "failover"
+
+    def __init__(self, config: MachineConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.runner: Optional[FailoverRunner] = None
+        config.runs += 1
+
+    @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
+    def setup(self, seed: int, plans: list[FaultPlan]) -> None:
+        self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
+                                     seed=seed, plans=plans, tolerance=self.config.tolerance)
+
+    def _run(self, step: dict[str, Any]) -> None:
+        assert self.runner is not None
+        self.config.steps += 1
+        try:
+            self.runner.run(step)
+        except BaseException:
+            self.config.last_failure = self.runner.trace
+            raise
+
+    def _sessions(self, open_: bool) -> list[str]:
+        sessions = self.runner.coordinator.sessions if self.runner is not None else {}
+        return [sid for sid in SIDS if (sid in sessions and sessions[sid].open) == open_]
+
+    @precondition(lambda self: bool(self._sessions(open_=False)))
+    @rule(data=st.data(), prompt=st.lists(st.integers(0, 63), min_size=1, max_size=6))
+    def start(self, data: st.DataObject, prompt: list[int]) -> None:
+        sid = data.draw(st.sampled_from(self._sessions(open_=False)))
+        self._run({"op": "start", "session_id": sid, "prompt": prompt})
+
+    @precondition(lambda self: bool(self._sessions(open_=True)))
+    @rule(data=st.data())
+    def next_token(self, data: st.DataObject) -> None:
+        self._run({"op": "next", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+
+    @precondition(lambda self: bool(self._sessions(open_=True)))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        self._run({"op": "release", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+
+    @invariant()
+    def streams_are_fault_free(self) -> None:
+        if self.runner is not None:
+            problem = self.runner.invariant_problem()
+            assert problem is None, problem
+
+    def teardown(self) -> None:
+        if self.runner is not None:
+            try:
+                self.runner.finish()
+            except BaseException:
+                self.config.last_failure = self.runner.trace
+                raise

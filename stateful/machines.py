@@ -1,0 +1,258 @@
+"""The single-engine machines: Sessions, and Faults (Sessions under a drawn fault plan).
+
+Rules only choose a step; :class:`~stateful.runner.EngineRunner` applies it
+to the engine and the model and compares.  Configuration is passed in, not
+read from globals: ``run_state_machine_as_test(lambda: SessionsMachine(cfg))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fakeshard import (
+    Crash,
+    Delay,
+    DropResponse,
+    FaultPlan,
+    FaultRule,
+    Malformed,
+    MemoryPressure,
+    ShardSpec,
+)
+from fakeshard.faults import MALFORMED_KINDS
+from stateful.runner import BAD_INPUTS, EngineRunner
+from stateful.trace import Trace
+
+N_LAYERS = 4
+ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
+SIDS = ("a", "b", "c")
+#: A call on this session crashes the engine: the Sessions machine's way to
+#: crash it through the public surface (a fault plan), not a private method.
+CRASH_SID = "crash!"
+
+
+@dataclass
+class MachineConfig:
+    """What a machine run needs: the engine factory and where failures go."""
+
+    factory: Callable[..., Any]
+    factory_name: str
+    tolerance: float = 0.0
+    #: The trace of the most recent failing run (Hypothesis replays the
+    #: shrunk example last, so after a failure this is the shrunk one).
+    last_failure: Optional[Trace] = None
+    runs: int = 0
+    steps: int = 0
+    failures: list[Trace] = field(default_factory=list)
+
+
+def role_spec(role: str) -> ShardSpec:
+    start, end = ROLE_RANGES[role]
+    return ShardSpec("machine-model", N_LAYERS, start, end, hidden_size=4, vocab_size=64)
+
+
+tokens = st.integers(0, 63)
+#: Hypothesis draws from short lists unevenly (it favours the first items); a wide
+#: integer taken modulo the list's length spreads the choice evenly over runs.
+roles = st.integers(0, 2**16).map(lambda i: sorted(ROLE_RANGES)[i % len(ROLE_RANGES)])
+# Each rule draws few values (Hypothesis's drawing and shrinking cost grows with
+# them); lists repeat the common choice to weight it.
+#: Which session: "live:i" picks the i-th live one (if any), "any:i" the i-th of all.
+who_choices = st.sampled_from(["live:0", "live:1", "live:2", "any:0", "any:1", "any:2"])
+#: Which epoch, relative to the session's newest: mostly the same one.
+epoch_moves = st.sampled_from(["same"] * 4 + ["up", "down", 0, 1, 2, 3])
+#: Which start position: mostly the next one, sometimes 0 or a fixed one.
+positions = st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5])
+#: Mostly well-formed input; sometimes each kind of malformed input.
+bad_inputs = st.sampled_from([None] * 24 + list(BAD_INPUTS))
+#: cancel or release, sometimes with a malformed epoch.
+close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!"])
+
+
+class _EngineMachine(RuleBasedStateMachine):
+    """Rules shared by the single-engine machines; subclasses say how the engine starts."""
+
+    machine_name = "engine"
+
+    def __init__(self, config: MachineConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.runner: Optional[EngineRunner] = None
+        config.runs += 1
+
+    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan) -> None:
+        self.runner = EngineRunner(
+            self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
+            spec=role_spec(role), seed=seed, capacity=capacity, plan=plan,
+            tolerance=self.config.tolerance,
+        )
+
+    # -- helpers --------------------------------------------------------------
+
+    def _run(self, step: dict[str, Any]) -> None:
+        assert self.runner is not None
+        self.config.steps += 1
+        try:
+            self.runner.run(step)
+        except BaseException:
+            self.config.last_failure = self.runner.trace
+            raise
+
+    def _epoch(self, sid: str, move: Any) -> int:
+        view = self.runner.model.view(sid)
+        current = view[0] if view is not None else 0
+        if move == "same":
+            return current
+        if move == "up":
+            return current + 1
+        if move == "down":
+            return max(current - 1, 0)
+        return int(move)
+
+    def _start_pos(self, sid: str, epoch: int, position: Any) -> int:
+        view = self.runner.model.view(sid)
+        if position == "next":
+            return view[2] if view is not None and view[0] == epoch else 0
+        return 0 if position == "zero" else int(position)
+
+    def _sid(self, who: str) -> str:
+        """A session id; ``live:i`` prefers live sessions, so calls get past the first checks."""
+        kind, index = who.split(":")
+        live = [sid for sid in SIDS if (self.runner.model.view(sid) or (0, ""))[1] == "live"]
+        pool = live if kind == "live" and live else list(SIDS)
+        return pool[int(index) % len(pool)]
+
+    def _revive(self) -> None:
+        """Restart a crashed engine before the next call, as a coordinator would (the
+        ``call_while_down`` rule covers calls to a crashed engine)."""
+        if self.runner.model.crashed:
+            self._run({"op": "restart"})
+
+    def _compute(self, op: str, who: str, move: Any, position: Any, new: list[int],
+                 bad: Optional[str]) -> None:
+        sid = self._sid(who)
+        epoch = self._epoch(sid, move)
+        start = self._start_pos(sid, epoch, position)
+        if bad == "two_positions" and op == "prefill":
+            bad = "range"
+        step = {"op": op, "session_id": sid, "epoch": epoch, "start": start, "tokens": new}
+        if bad is not None:
+            step["bad"] = bad
+        self._run(step)
+
+    # -- rules ------------------------------------------------------------------
+
+    @rule(who=who_choices, move=epoch_moves, position=positions,
+          new=st.lists(tokens, min_size=1, max_size=4), bad=bad_inputs)
+    def prefill(self, who: str, move: Any, position: Any, new: list[int], bad: Optional[str]) -> None:
+        self._revive()
+        self._compute("prefill", who, move, position, new, bad)
+
+    @rule(who=who_choices, move=epoch_moves, position=positions, token=tokens, bad=bad_inputs)
+    def decode(self, who: str, move: Any, position: Any, token: int, bad: Optional[str]) -> None:
+        self._revive()
+        self._compute("decode", who, move, position, [token], bad)
+
+    @rule(op=close_ops, sid=st.sampled_from(SIDS), move=epoch_moves)
+    def close(self, op: str, sid: str, move: Any) -> None:
+        self._revive()
+        step = {"op": op.rstrip("!"), "session_id": sid, "epoch": self._epoch(sid, move)}
+        if op.endswith("!"):
+            step["bad"] = "epoch"
+        self._run(step)
+
+    @precondition(lambda self: self.runner is not None and self.runner.model.crashed)
+    @rule(op=st.sampled_from(["prefill", "decode", "cancel", "release"]), who=who_choices)
+    def call_while_down(self, op: str, who: str) -> None:
+        sid = self._sid(who)
+        if op in ("cancel", "release"):
+            self._run({"op": op, "session_id": sid, "epoch": 0})
+        else:
+            self._compute(op, who, "same", "next", [1], None)
+
+    # The contract defines restart() for a crashed engine; that is when we call it.
+    @precondition(lambda self: self.runner is not None and self.runner.model.crashed)
+    @rule()
+    def restart(self) -> None:
+        self._run({"op": "restart"})
+
+    @invariant()
+    def agrees_with_model(self) -> None:
+        if self.runner is not None:
+            problem = self.runner.invariant_problem()
+            assert problem is None, problem
+
+
+class SessionsMachine(_EngineMachine):
+    """One engine of any role: sessions, chunked prefill, decode, close, epochs, crash, restart."""
+
+    machine_name = "sessions"
+
+    @initialize(role=roles, capacity=st.none() | st.integers(0, 10),
+                seed=st.integers(0, 2))
+    def setup(self, role: str, capacity: Optional[int], seed: int) -> None:
+        self._start(role, capacity, seed, FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)))
+
+    @precondition(lambda self: self.runner is not None and not self.runner.model.crashed)
+    @rule()
+    def crash(self) -> None:
+        self._run({"op": "prefill", "session_id": CRASH_SID, "epoch": 0, "start": 0, "tokens": [0]})
+
+
+_FAULTS = {
+    "delay": st.builds(Delay, st.sampled_from([0.25, 0.5, 1.0])),
+    "memory_pressure": st.builds(MemoryPressure, st.none() | st.integers(0, 8)),
+    "malformed": st.integers(0, len(MALFORMED_KINDS) - 1).map(lambda i: Malformed(MALFORMED_KINDS[i])),
+    "drop_response": st.just(DropResponse()),
+}
+#: Malformed has eight kinds to reach, so it is drawn more often than the others.
+faults = st.sampled_from(["malformed", "delay", "malformed", "memory_pressure", "malformed",
+                          "drop_response"]).flatmap(_FAULTS.__getitem__)
+
+def _rules(fault: Any, count: Any) -> Any:
+    return st.builds(
+        FaultRule,
+        fault=fault,
+        op=st.sampled_from(["any", "prefill", "decode", "cancel", "release"]),
+        session_id=st.none() | st.sampled_from(SIDS),
+        nth=st.integers(1, 6),
+        count=count,
+        probability=st.sampled_from([1.0, 1.0, 0.5, 0.25]),
+    )
+
+
+# A crash every call would leave nothing else to see: crashes fire a bounded number of times.
+_RULES = {"other": _rules(faults, st.none() | st.integers(1, 3)),
+          "crash": _rules(st.just(Crash()), st.integers(1, 2))}
+fault_rules = st.sampled_from(["other", "other", "other", "crash"]).flatmap(_RULES.__getitem__)
+STANDING_HIDDEN = tuple(Malformed(k) for k in ("checksum", "shape", "layer", "nan", "session", "epoch", "position")) \
+    + (MemoryPressure(), DropResponse())
+STANDING_SAMPLE = tuple(Malformed(k) for k in ("token_range", "session", "epoch", "position")) \
+    + (MemoryPressure(), DropResponse())
+fault_plans = st.builds(FaultPlan, st.lists(fault_rules, min_size=1, max_size=4).map(tuple),
+                        st.integers(0, 2**32))
+
+
+class FaultsMachine(_EngineMachine):
+    """The Sessions machine under a fault plan drawn by Hypothesis."""
+
+    machine_name = "faults"
+
+    @initialize(role=roles, capacity=st.none() | st.integers(0, 10),
+                seed=st.integers(0, 2), plan=fault_plans, mix=st.integers(0, 2**32 - 1))
+    def setup(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, mix: int) -> None:
+        # A wide integer spreads the standing faults evenly over runs (see ``roles``).  Two runs
+        # in three carry a standing rule that hits some calls all run long, so faults that need
+        # a successful call (MemoryPressure, each Malformed kind the role's output can show)
+        # meet calls they can act on.
+        samples = role_spec(role).role.samples
+        standing = STANDING_SAMPLE if samples else STANDING_HIDDEN
+        fault, rest = standing[mix % len(standing)], mix // len(standing)
+        if rest % 3:
+            op = ("any", "decode", "prefill")[rest // 3 % 3]
+            plan = FaultPlan(plan.rules + (FaultRule(fault, op=op, count=None, probability=0.3),), plan.seed)
+        self._start(role, capacity, seed, plan)

@@ -1,0 +1,198 @@
+"""The reference model: the contract, read literally, over plain dicts.
+
+Written from ``CONTRACT.md`` and nothing else.  It holds, per session, the
+newest epoch seen, a status and the token history cached at that epoch; it
+counts fault-rule matches and draws probabilities from its own
+``random.Random(plan.seed)``.  It never looks at the engine under test: the
+values it expects come from an :class:`Oracle` that recomputes the whole
+history on a fresh engine (replay equivalence).
+
+It may be slow; it must be simple enough to trust by reading.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from fakeshard import FaultPlan, HiddenBundle, SampleBundle, ShardSpec
+from fakeshard.feeder import Feeder
+
+# Outcome codes: "ok" or an error code from the contract.
+OK = "ok"
+
+
+@dataclass
+class Expected:
+    """What the contract says a call returns.
+
+    ``code`` is ``"ok"`` or an error code; ``fields`` the error's
+    session_id/epoch/expected/got; ``output`` the exact output bundle of a
+    successful compute call (``None`` for cancel/release); ``malformed`` the
+    ways a ``Malformed`` fault must break that output; ``row`` the contract
+    row the call took (a probe).
+    """
+
+    code: str
+    row: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    output: Any = None
+    malformed: tuple[str, ...] = ()
+    fired: tuple[str, ...] = ()
+
+
+@dataclass
+class ModelSession:
+    epoch: int
+    status: str  # "live" | "cancelled" | "released"
+    history: list[int] = field(default_factory=list)  # the tokens cached (live only)
+
+
+class Oracle:
+    """Recomputes an engine's output from scratch on a fresh engine."""
+
+    def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
+        self.factory, self.spec, self.seed = factory, spec, seed
+        self.feeder = Feeder(factory, spec, seed=seed)
+
+    def output(self, session_id: str, epoch: int, start: int, history: list[int]) -> Any:
+        """The output for positions ``start..len(history)-1`` of a session whose tokens are ``history``.
+
+        Computed in one prefill from position 0 on a fresh engine, under a
+        fixed session id and epoch 0, then labelled with the caller's identity:
+        the contract says outputs depend on neither, nor on chunking.
+        """
+        fresh = self.factory(self.spec, seed=self.seed)
+        whole = fresh.prefill(self.feeder.bundle("oracle", 0, 0, history, len(history)))
+        if isinstance(whole, SampleBundle):
+            return SampleBundle(session_id, epoch, whole.pos, whole.token)
+        return HiddenBundle.sealed(session_id, epoch, start, whole.layer, whole.hidden[start:])
+
+
+class RuleCounters:
+    """The contract's fault-drawing, literally: count matches, fire in the window."""
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.rules = plan.rules
+        self.matched = [0] * len(plan.rules)
+        self.rng = random.Random(plan.seed)
+
+    def draw(self, op: str, session_id: Any) -> list[Any]:
+        fired = []
+        for i, rule in enumerate(self.rules):
+            if rule.op not in ("any", op) or rule.session_id not in (None, session_id):
+                continue
+            self.matched[i] += 1
+            n = self.matched[i]
+            in_window = n >= rule.nth and (rule.count is None or n < rule.nth + rule.count)
+            if not in_window:
+                continue
+            if rule.probability < 1.0 and not self.rng.random() < rule.probability:
+                continue
+            fired.append(rule.fault)
+        return fired
+
+
+class Model:
+    """The state the contract says an engine is in, and what each call returns."""
+
+    def __init__(self, oracle: Oracle, *, capacity: Optional[int], plan: FaultPlan) -> None:
+        self.oracle = oracle
+        self.spec = oracle.spec
+        self.capacity = capacity
+        self.sessions: dict[str, ModelSession] = {}
+        self.crashed = False
+        self.clock = 0.0
+        self.faults = RuleCounters(plan)
+
+    @property
+    def used(self) -> int:
+        return sum(len(s.history) for s in self.sessions.values())
+
+    def view(self, session_id: str) -> Optional[tuple[int, str, int]]:
+        s = self.sessions.get(session_id)
+        return None if s is None else (s.epoch, s.status, len(s.history))
+
+    def history(self, session_id: str) -> list[int]:
+        s = self.sessions.get(session_id)
+        return list(s.history) if s is not None else []
+
+    def restart(self) -> None:
+        self.crashed = False
+        self.sessions = {}
+
+    def _enter(self, op: str, session_id: Any) -> list[Any]:
+        fired = self.faults.draw(op, session_id)
+        self.clock += sum(f.seconds for f in fired if type(f).__name__ == "Delay")
+        if any(type(f).__name__ == "Crash" for f in fired):
+            self.crashed = True
+            self.sessions = {}
+        return fired
+
+    def compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
+                valid: bool = True) -> Expected:
+        """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input."""
+        fired = self._enter(op, session_id)
+        names = tuple(type(f).__name__ for f in fired)
+        ids = {"session_id": session_id, "epoch": epoch}
+        if self.crashed:
+            return Expected("engine_crashed", "down", ids, fired=names)
+        if not valid:
+            return Expected("malformed_bundle", "malformed", fired=names)
+        s = self.sessions.get(session_id)
+        held = s is not None and s.epoch == epoch
+        if s is not None and epoch < s.epoch:
+            return Expected("stale_epoch", "stale", ids, fired=names)
+        if held and s.status == "cancelled":
+            return Expected("cancelled", "cancelled", ids, fired=names)
+        if held and s.status == "released":
+            return Expected("released", "released", ids, fired=names)
+        if not held:
+            if op != "prefill" or start != 0:
+                return Expected("cache_miss", "nothing_held_miss", {**ids, "expected": 0, "got": start},
+                                fired=names)
+            row = "create" if s is None else ("replace_older" if s.history else "create_over_tombstone")
+            freed = len(s.history) if s is not None else 0
+            cached: list[int] = []
+        else:
+            if start != len(s.history):
+                return Expected("position_mismatch", "position_mismatch",
+                                {**ids, "expected": len(s.history), "got": start}, fired=names)
+            row, freed, cached = "append", 0, s.history
+        if "MemoryPressure" in names:
+            if any(f.reserve_tokens is None for f in fired if type(f).__name__ == "MemoryPressure"):
+                return Expected("out_of_memory", "pressure", ids, fired=names)
+        if self.capacity is not None:
+            reserve = sum(f.reserve_tokens for f in fired if type(f).__name__ == "MemoryPressure")
+            if len(tokens) > self.capacity - reserve - (self.used - freed):
+                return Expected("out_of_memory", "capacity", ids, fired=names)
+        history = cached + list(tokens)
+        self.sessions[session_id] = ModelSession(epoch, "live", history)
+        output = self.oracle.output(session_id, epoch, start, history)
+        malformed = tuple(f.kind for f in fired if type(f).__name__ == "Malformed")
+        if "DropResponse" in names:
+            return Expected("response_lost", row, ids, output=output, malformed=malformed, fired=names)
+        return Expected(OK, row, output=output, malformed=malformed, fired=names)
+
+    def close(self, op: str, session_id: str, epoch: int, valid: bool = True) -> Expected:
+        """cancel/release."""
+        fired = self._enter(op, session_id)
+        names = tuple(type(f).__name__ for f in fired)
+        ids = {"session_id": session_id, "epoch": epoch}
+        if self.crashed:
+            return Expected("engine_crashed", "down", ids, fired=names)
+        if not valid:
+            return Expected("malformed_bundle", "malformed", fired=names)
+        status = "cancelled" if op == "cancel" else "released"
+        s = self.sessions.get(session_id)
+        if s is not None and epoch < s.epoch:
+            return Expected("stale_epoch", "stale", ids, fired=names)
+        if s is not None and s.epoch == epoch and s.status != "live":
+            row = "noop"
+        else:
+            row = "tombstone" if s is None or s.epoch < epoch else "frees"
+            self.sessions[session_id] = ModelSession(epoch, status, [])
+        if "DropResponse" in names:
+            return Expected("response_lost", row, ids, fired=names)
+        return Expected(OK, row, fired=names)

@@ -1,0 +1,131 @@
+"""Running machines, replaying traces, reducing and saving counterexamples.
+
+``run_machine`` runs a machine under Hypothesis; when it fails, the shrunk
+run's trace is reduced further (steps removed while it still fails) and
+saved as JSON.  ``replay`` runs a saved trace step by step with no search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from hypothesis import settings as Settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from stateful.trace import REGRESSIONS, Trace
+
+
+@dataclass
+class ReplayResult:
+    trace: Trace
+    failed: bool
+    #: 1-based index of the first step that diverged (or raised), if any.
+    first_divergence: Optional[int]
+    message: Optional[str]
+    #: The type of what was raised there (``Divergence``, or an engine's stray exception).
+    error_type: Optional[str] = None
+
+
+def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float) -> Any:
+    if trace.machine == "failover":
+        from stateful.failover import FailoverRunner
+
+        return FailoverRunner.from_trace(trace, factory, factory_name, tolerance)
+    from stateful.runner import EngineRunner
+
+    return EngineRunner.from_trace(trace, factory, factory_name, tolerance)
+
+
+def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
+           tolerance: float = 0.0, stop_at_failure: bool = True) -> ReplayResult:
+    """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged."""
+    runner = _runner_for(trace, factory, factory_name, tolerance)
+    first: Optional[int] = None
+    message: Optional[str] = None
+    error_type: Optional[str] = None
+    for i, step in enumerate(trace.steps, 1):
+        try:
+            runner.run(step)
+        except Exception as exc:  # a divergence, or the engine broke in a way the model never allows
+            if first is None:
+                first, message, error_type = i, f"{type(exc).__name__}: {exc}", type(exc).__name__
+            if stop_at_failure:
+                break
+    if first is None:
+        try:
+            runner.finish()
+        except Exception as exc:
+            first, message = len(trace.steps), f"{type(exc).__name__}: {exc}"
+            error_type = type(exc).__name__
+    out = runner.trace
+    out.note = trace.note
+    out.failure = message
+    return ReplayResult(out, first is not None, first, message, error_type)
+
+
+def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float = 0.0) -> Trace:
+    """Remove steps one at a time while the trace still fails the same way (to a fixed point).
+
+    "The same way" is the same type of failure (a model divergence stays a
+    divergence), so reduction never trades the bug for a malformed story.
+    """
+    original = replay(trace, factory, factory_name, tolerance)
+    if not original.failed:
+        return original.trace
+    steps = list(trace.steps)
+
+    def still_fails(candidate: list[dict[str, Any]]) -> bool:
+        attempt = Trace(**{**trace.__dict__, "steps": candidate, "expected": [], "actual": []})
+        result = replay(attempt, factory, factory_name, tolerance)
+        return result.failed and result.error_type == original.error_type
+
+    # Try removing chunks, halving their size down to single steps (ddmin-style),
+    # and repeat until no single step can go.
+    size = max(len(steps) // 2, 1)
+    while True:
+        removed = False
+        start = len(steps) - size
+        while start >= 0:
+            candidate = steps[:start] + steps[start + size:]
+            if candidate and still_fails(candidate):
+                steps, removed = candidate, True
+            start -= size
+        if size > 1:
+            size //= 2
+        elif not removed:
+            break
+    final = replay(Trace(**{**trace.__dict__, "steps": steps}), factory, factory_name, tolerance)
+    return final.trace
+
+
+def stem(trace: Trace) -> str:
+    body = json.dumps({"config": trace.config, "steps": trace.steps}, sort_keys=True)
+    return f"{trace.machine}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+
+
+def run_machine(
+    machine: Callable[[Any], Any],
+    config: Any,
+    *,
+    settings: Optional[Settings] = None,
+    save_dir: Optional[Path] = REGRESSIONS,
+    note: str = "",
+) -> None:
+    """Run ``machine(config)`` under Hypothesis; on failure save the reduced trace and re-raise."""
+    try:
+        run_state_machine_as_test(lambda: machine(config), settings=settings)
+    except BaseException as exc:
+        trace = config.last_failure
+        if trace is not None:
+            trace.note = note or trace.note
+            reduced = reduce(trace, config.factory, config.factory_name, config.tolerance)
+            config.failures.append(reduced)
+            if save_dir is not None:
+                path = reduced.save(Path(save_dir), stem(reduced))
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"fakeshard: reduced trace of {len(reduced.steps)} steps saved to {path}")
+        raise

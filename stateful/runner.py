@@ -1,0 +1,305 @@
+"""The step interpreter: every machine rule and every replayed trace goes through here.
+
+A step is a plain dict (JSON in a trace).  :class:`EngineRunner` builds the
+engine under test from a factory, applies each step to it and to the
+reference model, compares results (exception types and fields included) and
+checks the invariants, recording everything in a :class:`Trace`.  The engine
+is touched only through the contract's public surface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Callable, Optional
+
+from fakeshard import (
+    FaultPlan,
+    HiddenBundle,
+    SampleBundle,
+    ShardError,
+    ShardSpec,
+    TokenBundle,
+    VirtualClock,
+    wire,
+)
+from fakeshard.feeder import Feeder
+from stateful import probes
+from stateful.model import OK, Expected, Model, Oracle
+from stateful.trace import Trace, git_commit, hypothesis_version
+
+HIDDEN_KINDS = frozenset({"checksum", "shape", "layer", "nan", "session", "epoch", "position"})
+SAMPLE_KINDS = frozenset({"token_range", "session", "epoch", "position"})
+BAD_INPUTS = ("contract", "range", "type", "two_positions")
+
+
+class Divergence(AssertionError):
+    """The engine did something the contract (the model) says it must not."""
+
+
+class InvalidStep(Exception):
+    """A step the machine would never take (e.g. restart of an engine that is up).
+
+    Replay refuses it, so reducing a trace never produces a story outside the
+    contract's ground.
+    """
+
+
+def summarize(value: Any) -> dict[str, Any]:
+    """A JSON-able summary of a call's result, for traces and tables."""
+    if isinstance(value, ShardError):
+        return {"outcome": value.code, **{k: v for k, v in value.fields().items() if v is not None}}
+    if isinstance(value, BaseException):
+        return {"outcome": "exception", "type": type(value).__name__, "message": str(value)[:200]}
+    if isinstance(value, SampleBundle):
+        return {"outcome": OK, "session_id": value.session_id, "epoch": value.epoch,
+                "pos": value.pos, "token": value.token}
+    if isinstance(value, HiddenBundle):
+        rows = value.hidden if isinstance(value.hidden, tuple) else ()
+        return {"outcome": OK, "session_id": value.session_id, "epoch": value.epoch,
+                "start_pos": value.start_pos, "layer": value.layer, "rows": len(rows),
+                "checksum": value.checksum}
+    if value is None:
+        return {"outcome": OK}
+    return {"outcome": "unexpected", "type": type(value).__name__}
+
+
+def summarize_expected(expected: Expected) -> dict[str, Any]:
+    out = {"outcome": expected.code, "row": expected.row, **expected.fields}
+    if expected.output is not None:
+        out["output"] = summarize(expected.output)
+    if expected.malformed:
+        out["malformed"] = list(expected.malformed)
+    if expected.fired:
+        out["fired"] = list(expected.fired)
+    return out
+
+
+def outputs_match(expected: Any, actual: Any, tolerance: float) -> bool:
+    """Exact for the fixture (``tolerance == 0``); within ``tolerance`` on hidden values otherwise."""
+    if type(expected) is not type(actual):
+        return False
+    if isinstance(expected, SampleBundle) or tolerance == 0:
+        return expected == actual
+    if (expected.session_id, expected.epoch, expected.start_pos, expected.layer) != \
+            (actual.session_id, actual.epoch, actual.start_pos, actual.layer):
+        return False
+    if len(expected.hidden) != len(actual.hidden):
+        return False
+    for row_e, row_a in zip(expected.hidden, actual.hidden):
+        if len(row_e) != len(row_a) or any(abs(a - b) > tolerance for a, b in zip(row_e, row_a)):
+            return False
+    return True
+
+
+def broken_as(actual: Any, clean: Any, kind: str, spec: ShardSpec, n: int) -> bool:
+    """Whether ``actual`` breaks the contract in the way ``Malformed(kind)`` names."""
+    if isinstance(actual, HiddenBundle):
+        rows = actual.hidden
+        if kind == "checksum":
+            return actual.checksum != _resealed(actual)
+        if kind == "shape":
+            return len(rows) != n or any(len(r) != spec.hidden_size for r in rows)
+        if kind == "layer":
+            return actual.layer != clean.layer
+        if kind == "nan":
+            return any(not math.isfinite(v) for r in rows for v in r)
+        if kind == "session":
+            return actual.session_id != clean.session_id
+        if kind == "epoch":
+            return actual.epoch != clean.epoch
+        if kind == "position":
+            return actual.start_pos != clean.start_pos
+    if isinstance(actual, SampleBundle):
+        if kind == "token_range":
+            return not 0 <= actual.token < spec.vocab_size
+        if kind == "session":
+            return actual.session_id != clean.session_id
+        if kind == "epoch":
+            return actual.epoch != clean.epoch
+        if kind == "position":
+            return actual.pos != clean.pos
+    return False
+
+
+def _resealed(bundle: HiddenBundle) -> str:
+    return HiddenBundle.sealed(bundle.session_id, bundle.epoch, bundle.start_pos, bundle.layer,
+                               bundle.hidden).checksum
+
+
+def compare(expected: Expected, actual: Any, spec: ShardSpec, n: int, tolerance: float) -> Optional[str]:
+    """``None`` if ``actual`` is what ``expected`` allows, else what differs."""
+    if expected.code == OK or (expected.code == "response_lost" and not isinstance(actual, ShardError)):
+        if expected.code == "response_lost":
+            return f"expected response_lost, got {summarize(actual)}"
+        if isinstance(actual, BaseException):
+            return f"expected ok, got {summarize(actual)}"
+        if expected.output is None:
+            return None if actual is None else f"expected None, got {summarize(actual)}"
+        applies = [k for k in expected.malformed
+                   if k in (SAMPLE_KINDS if isinstance(expected.output, SampleBundle) else HIDDEN_KINDS)]
+        if not applies:
+            if not outputs_match(expected.output, actual, tolerance):
+                return f"output {summarize(actual)} != expected {summarize(expected.output)}"
+            return None
+        if type(actual) is not type(expected.output):
+            return f"expected a {type(expected.output).__name__}, got {summarize(actual)}"
+        unbroken = [k for k in applies if not broken_as(actual, expected.output, k, spec, n)]
+        if unbroken:
+            return f"Malformed({', '.join(unbroken)}) did not break the output {summarize(actual)}"
+        return None
+    if not isinstance(actual, ShardError):
+        return f"expected {expected.code}, got {summarize(actual)}"
+    if actual.code != expected.code:
+        return f"expected {expected.code}, got {summarize(actual)}"
+    got = actual.fields()
+    for key, value in expected.fields.items():
+        if got.get(key) != value:
+            return f"{expected.code}: {key} is {got.get(key)!r}, expected {value!r}"
+    return None
+
+
+class EngineRunner:
+    """One engine under test and its model, driven step by step."""
+
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        *,
+        machine: str,
+        factory_name: str,
+        spec: ShardSpec,
+        seed: int = 0,
+        capacity: Optional[int] = None,
+        plan: Optional[FaultPlan] = None,
+        tolerance: float = 0.0,
+    ) -> None:
+        plan = plan if plan is not None else FaultPlan()
+        self.spec = spec
+        self.tolerance = tolerance
+        self.clock = VirtualClock()
+        self.engine = factory(spec, seed=seed, capacity_tokens=capacity, clock=self.clock, faults=plan)
+        self.model = Model(Oracle(factory, spec, seed), capacity=capacity, plan=plan)
+        self.feeder = Feeder(factory, spec, seed=seed)
+        self.known: set[str] = set()
+        self.trace = Trace(
+            machine=machine,
+            engine_factory=factory_name,
+            evidence_class=str(self.engine.evidence_class),
+            config={
+                "spec": dataclasses.asdict(spec),
+                "seed": seed,
+                "capacity_tokens": capacity,
+                "fault_plan": json.loads(wire.dumps(plan)),
+            },
+            hypothesis_version=hypothesis_version(),
+            git_commit=git_commit(),
+        )
+
+    @classmethod
+    def from_trace(cls, trace: Trace, factory: Callable[..., Any], factory_name: str,
+                   tolerance: float = 0.0) -> "EngineRunner":
+        config = trace.config
+        plan = wire.loads(json.dumps(config["fault_plan"]))
+        return cls(factory, machine=trace.machine, factory_name=factory_name,
+                   spec=ShardSpec(**config["spec"]), seed=config["seed"],
+                   capacity=config["capacity_tokens"], plan=plan, tolerance=tolerance)
+
+    # -- one step ------------------------------------------------------------
+
+    def run(self, step: dict[str, Any]) -> None:
+        op = step["op"]
+        self.trace.steps.append(step)
+        if op == "restart":
+            if not self.model.crashed:
+                raise InvalidStep("restart of an engine that is up: the contract defines restart "
+                                  "for a crashed engine")
+            self.model.restart()
+            expected = Expected(OK, "restart")
+            actual = _call(self.engine.restart)
+            n = 0
+        elif op in ("cancel", "release"):
+            sid, epoch = step["session_id"], step["epoch"]
+            self.known.add(sid)
+            bad = step.get("bad")
+            sent = -1 if bad else epoch  # a bad close sends an impossible epoch
+            expected = self.model.close(op, sid, sent, valid=bad is None)
+            actual = _call(getattr(self.engine, op), sid, sent)
+            n = 0
+        else:
+            sid, epoch, start, tokens = step["session_id"], step["epoch"], step["start"], step["tokens"]
+            self.known.add(sid)
+            bundle = self._bundle(op, sid, epoch, start, tokens, step.get("bad"))
+            expected = self.model.compute(op, sid, epoch, start, tokens, valid=step.get("bad") is None)
+            actual = _call(getattr(self.engine, op), bundle)
+            n = len(tokens)
+        self.trace.expected.append(summarize_expected(expected))
+        self.trace.actual.append(summarize(actual))
+        self._probe(op, expected)
+        problem = compare(expected, actual, self.spec, n, self.tolerance)
+        if problem is None:
+            problem = self.invariant_problem()
+        if problem is not None:
+            self.trace.failure = f"step {len(self.trace.steps)} ({op}): {problem}"
+            raise Divergence(self.trace.failure)
+
+    def _probe(self, op: str, expected: Expected) -> None:
+        names = [f"{op}:{expected.row}" if op != "restart" else "restart", f"code:{expected.code}"]
+        names += [f"fault:{name}" for name in expected.fired]
+        if expected.output is not None:
+            applies = SAMPLE_KINDS if isinstance(expected.output, SampleBundle) else HIDDEN_KINDS
+            names += [f"malformed:{kind}" for kind in expected.malformed if kind in applies]
+        probes.record(names)
+
+    def _bundle(self, op: str, sid: str, epoch: int, start: int, tokens: list[int], bad: Optional[str]) -> Any:
+        # Hidden inputs need the tokens before ``start``: the model's history, padded.
+        history = self.model.history(sid)[:start]
+        history += [0] * (start - len(history)) + list(tokens)
+        if bad == "two_positions":
+            history.append(0)
+            return self.feeder.bundle(sid, epoch, start, history, len(tokens) + 1)
+        bundle = self.feeder.bundle(sid, epoch, start, history, len(tokens))
+        if bad == "contract":
+            return dataclasses.replace(bundle, contract="0")
+        if bad == "range":
+            if isinstance(bundle, TokenBundle):
+                return dataclasses.replace(bundle, tokens=(self.spec.vocab_size,) + bundle.tokens[1:])
+            return HiddenBundle.sealed(sid, epoch, start, bundle.layer,
+                                       [(math.nan,) + bundle.hidden[0][1:]] + list(bundle.hidden[1:]))
+        if bad == "type":
+            if isinstance(bundle, TokenBundle):
+                return HiddenBundle.sealed(sid, epoch, start, max(1, self.spec.start_layer),
+                                           [(0.0,) * self.spec.hidden_size] * len(tokens))
+            return TokenBundle(sid, epoch, start, tuple(tokens))
+        return bundle
+
+    def finish(self) -> None:
+        """End-of-run check (the per-step invariants already ran)."""
+        problem = self.invariant_problem()
+        if problem is not None:
+            raise Divergence(problem)
+
+    # -- invariants ----------------------------------------------------------
+
+    def invariant_problem(self) -> Optional[str]:
+        if self.engine.used_tokens != self.model.used:
+            return f"used_tokens {self.engine.used_tokens} != model's {self.model.used}"
+        capacity = self.engine.capacity_tokens
+        if capacity is not None and self.engine.used_tokens > capacity:
+            return f"used_tokens {self.engine.used_tokens} over capacity {capacity}"
+        for sid in sorted(self.known):
+            view = self.engine.session(sid)
+            got = None if view is None else (view.epoch, view.status, view.cached_tokens)
+            if got != self.model.view(sid):
+                return f"session {sid!r} is {got}, model says {self.model.view(sid)}"
+        if self.clock.now() != self.model.clock:
+            return f"clock at {self.clock.now()}, model says {self.model.clock}"
+        return None
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # the comparison decides whether this was allowed
+        return exc

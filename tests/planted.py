@@ -1,0 +1,253 @@
+"""Engines with planted bugs: each breaks one rule, and the machines must catch it.
+
+Most are wrappers that misuse the public surface the way a buggy engine
+would (so they stay honest about what the machines can see); a few subclass
+the fixture where the bug lives inside a call.  Each ``Bug`` names the
+machine expected to catch it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fakeshard import (
+    CacheMiss,
+    Crash,
+    Delay,
+    FakeShardEngine,
+    FaultPlan,
+    HiddenBundle,
+    Malformed,
+    OutOfMemory,
+    PositionMismatch,
+    SampleBundle,
+    StaleEpoch,
+    TokenBundle,
+)
+
+
+class Wrapper:
+    """Delegates everything to ``inner``; subclasses override the buggy call."""
+
+    def __init__(self, inner: FakeShardEngine) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def prefill(self, bundle: Any) -> Any:
+        return self.inner.prefill(bundle)
+
+    def decode(self, bundle: Any) -> Any:
+        return self.inner.decode(bundle)
+
+    def cancel(self, session_id: str, epoch: int) -> None:
+        return self.inner.cancel(session_id, epoch)
+
+    def release(self, session_id: str, epoch: int) -> None:
+        return self.inner.release(session_id, epoch)
+
+    def restart(self) -> None:
+        return self.inner.restart()
+
+    def session(self, session_id: str) -> Any:
+        return self.inner.session(session_id)
+
+    @property
+    def used_tokens(self) -> int:
+        return self.inner.used_tokens
+
+    @property
+    def capacity_tokens(self) -> Any:
+        return self.inner.capacity_tokens
+
+
+def _flip(out: Any) -> Any:
+    """The same bundle with a different value: a wrong output."""
+    if isinstance(out, SampleBundle):
+        return dataclasses.replace(out, token=(out.token + 1) % 64)
+    rows = ((out.hidden[0][0] * -1 + 0.5,) + out.hidden[0][1:],) + out.hidden[1:]
+    return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, rows)
+
+
+class StaleAsCacheMiss(Wrapper):
+    """Fencing: reports a stale epoch as a cache miss, inviting a replay at the old epoch."""
+
+    def prefill(self, bundle: Any) -> Any:
+        try:
+            return self.inner.prefill(bundle)
+        except StaleEpoch as exc:
+            raise CacheMiss("miss", session_id=exc.session_id, epoch=exc.epoch, expected=0,
+                            got=bundle.start_pos) from None
+
+
+class FenceMovesOnFailure(Wrapper):
+    """Fencing: a refused prefill at a newer epoch still raises the fence."""
+
+    def prefill(self, bundle: Any) -> Any:
+        try:
+            return self.inner.prefill(bundle)
+        except CacheMiss:
+            view = self.inner.session(bundle.session_id)
+            if view is not None and bundle.epoch > view.epoch:
+                self.inner.release(bundle.session_id, bundle.epoch)
+            raise
+
+
+class ForgetfulTombstone(Wrapper):
+    """Tombstones: a cancel for a session the engine has not seen is dropped, so a late prefill wins."""
+
+    def cancel(self, session_id: str, epoch: int) -> None:
+        if self.inner.session(session_id) is None:
+            return None
+        return self.inner.cancel(session_id, epoch)
+
+
+class LeakyRelease(Wrapper):
+    """Accounting: released positions are never given back."""
+
+    leaked = 0
+
+    def release(self, session_id: str, epoch: int) -> None:
+        view = self.inner.session(session_id)
+        self.inner.release(session_id, epoch)
+        if view is not None and view.status == "live" and epoch >= view.epoch:
+            self.leaked += view.cached_tokens
+
+    @property
+    def used_tokens(self) -> int:
+        return self.inner.used_tokens + self.leaked
+
+
+class PartialAllocation(Wrapper):
+    """Accounting: a prefill that does not fit allocates what fits, then fails."""
+
+    def prefill(self, bundle: Any) -> Any:
+        try:
+            return self.inner.prefill(bundle)
+        except OutOfMemory:
+            capacity = self.inner.capacity_tokens
+            room = (capacity or 0) - self.inner.used_tokens
+            if isinstance(bundle, TokenBundle) and 0 < room < len(bundle.tokens):
+                try:
+                    self.inner.prefill(dataclasses.replace(bundle, tokens=bundle.tokens[:room]))
+                except Exception:
+                    pass
+            raise
+
+
+class IgnoresStartPos(Wrapper):
+    """Positions: a prefill at the wrong position is appended at the right one."""
+
+    def prefill(self, bundle: Any) -> Any:
+        try:
+            return self.inner.prefill(bundle)
+        except PositionMismatch as exc:
+            if isinstance(bundle, TokenBundle):
+                return self.inner.prefill(dataclasses.replace(bundle, start_pos=exc.expected))
+            raise
+
+
+class EpochSensitive(Wrapper):
+    """Determinism: outputs change with the epoch."""
+
+    def decode(self, bundle: Any) -> Any:
+        out = self.inner.decode(bundle)
+        return _flip(out) if bundle.epoch % 2 else out
+
+
+class ChunkSensitive(Wrapper):
+    """Determinism: a prefill chunk that starts past 0 computes something else."""
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        n = len(bundle.tokens) if isinstance(bundle, TokenBundle) else len(bundle.hidden)
+        return _flip(out) if bundle.start_pos > 0 and n > 1 else out
+
+
+class DriftAfterRestart(Wrapper):
+    """Determinism: an engine that has been restarted computes differently (a replay drifts)."""
+
+    restarted = False
+
+    def restart(self) -> None:
+        self.inner.restart()
+        self.restarted = True
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        return _flip(out) if self.restarted else out
+
+
+class CrashKeepsSessions(FakeShardEngine):
+    """Crash: going down does not wipe the sessions."""
+
+    def crash(self) -> None:
+        self._crashed = True
+
+    def restart(self) -> None:
+        self._crashed = False
+
+
+class DropNotApplied(FakeShardEngine):
+    """Faults: a dropped response also drops the call (it is not applied)."""
+
+    def _compute(self, op: str, bundle: Any) -> Any:
+        before = self.session(getattr(bundle, "session_id", "")), self.used_tokens
+        from fakeshard import ResponseLost
+
+        try:
+            return super()._compute(op, bundle)
+        except ResponseLost:
+            sid = bundle.session_id
+            view, used = before
+            if view is None:
+                self._sessions.pop(sid, None)
+            else:
+                entry = self._sessions[sid]
+                entry.epoch, entry.status, entry.cached = view.epoch, view.status, view.cached_tokens
+            self._used = used
+            raise
+
+
+def _without(fault_type: type) -> Callable[..., Any]:
+    def factory(spec: Any, *, faults: Any = None, **kw: Any) -> FakeShardEngine:
+        if faults is not None:
+            faults = FaultPlan(tuple(r for r in faults.rules if not isinstance(r.fault, fault_type)),
+                               faults.seed)
+        return FakeShardEngine(spec, faults=faults, **kw)
+    return factory
+
+
+def _wrapped(cls: type) -> Callable[..., Any]:
+    def factory(spec: Any, **kw: Any) -> Any:
+        return cls(FakeShardEngine(spec, **kw))
+    return factory
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    rule: str
+    factory: Callable[..., Any]
+    machine: str  # the machine expected to catch it
+
+
+BUGS = (
+    Bug("stale_as_cache_miss", "fencing", _wrapped(StaleAsCacheMiss), "sessions"),
+    Bug("fence_moves_on_failure", "fencing", _wrapped(FenceMovesOnFailure), "sessions"),
+    Bug("forgetful_tombstone", "tombstones", _wrapped(ForgetfulTombstone), "sessions"),
+    Bug("leaky_release", "accounting", _wrapped(LeakyRelease), "sessions"),
+    Bug("partial_allocation", "accounting", _wrapped(PartialAllocation), "sessions"),
+    Bug("ignores_start_pos", "position checks", _wrapped(IgnoresStartPos), "sessions"),
+    Bug("epoch_sensitive", "determinism", _wrapped(EpochSensitive), "sessions"),
+    Bug("chunk_sensitive", "determinism", _wrapped(ChunkSensitive), "sessions"),
+    Bug("drift_after_restart", "determinism", _wrapped(DriftAfterRestart), "sessions"),
+    Bug("crash_keeps_sessions", "crash", CrashKeepsSessions, "sessions"),
+    Bug("drop_not_applied", "fault semantics", DropNotApplied, "faults"),
+    Bug("malformed_ignored", "fault semantics", _without(Malformed), "faults"),
+    Bug("delay_ignored", "fault semantics", _without(Delay), "faults"),
+    Bug("crash_ignored", "fault semantics", _without(Crash), "faults"),
+)

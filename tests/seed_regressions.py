@@ -1,0 +1,38 @@
+"""Save the reduced trace of every planted bug as a regression case.
+
+    python3 -m tests.seed_regressions
+
+Each saved story caught a planted bug; replayed on a correct engine it must
+pass, so it pins the rule the bug broke.  (A fresh failure of `pytest
+stateful` is saved the same way, automatically; see the README.)
+"""
+
+from __future__ import annotations
+
+from hypothesis import Phase, settings
+
+from stateful import profiles  # noqa: F401  (registers the ci profile)
+from stateful.failover import FailoverMachine
+from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
+from stateful.regress import run_machine
+from stateful.trace import REGRESSIONS
+from tests.planted import BUGS
+
+MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
+
+
+def main() -> None:
+    chosen = settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    for bug in BUGS:
+        config = MachineConfig(bug.factory, f"tests.planted:{bug.name}")
+        try:
+            run_machine(MACHINES[bug.machine], config, settings=chosen, save_dir=REGRESSIONS,
+                        note=f"caught planted bug {bug.name} ({bug.rule})")
+        except AssertionError:
+            print(f"{bug.name}: saved {len(config.failures[-1].steps)} steps")
+        else:
+            raise SystemExit(f"{bug.name} was not caught")
+
+
+if __name__ == "__main__":
+    main()
