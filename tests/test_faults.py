@@ -144,6 +144,20 @@ def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory,
         validate(out)  # looks fine alone: only the receiver or the Pipeline can tell
 
 
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+@pytest.mark.parametrize("role", ["head", "full"])
+def test_two_rules_of_one_kind_still_break_the_output(engine_factory, role, kind):
+    """Found by the faults machine: applying a corruption twice must not undo it."""
+    rule = FaultRule(Malformed(kind), op="prefill", count=None)
+    rig = Rig(engine_factory, role, faults=plan(rule, rule))
+    clean = Rig(engine_factory, role)
+    applies = kind in (SAMPLE_KINDS if rig.spec.role.samples else HIDDEN_KINDS)
+    # Many session ids give many checksums, so every leading hex digit occurs.
+    for i in range(64):
+        out, good = rig.prefill(f"s{i}", 0, 0, 2), clean.prefill(f"s{i}", 0, 0, 2)
+        assert (out != good) == applies
+
+
 def test_malformed_layer_is_refused_by_the_next_engine(engine_factory):
     head = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("layer"))))
     tail = Rig(engine_factory, "tail")
