@@ -284,7 +284,8 @@ class SessionEngine:
             output: Any = SampleBundle(session_id, epoch, start + n, out)
         else:
             output = HiddenBundle.sealed(session_id, epoch, start, self.spec.end_layer, out)
-        for kind in drawn.malformed:
+        # A checksum corruption goes last: the others recompute the checksum.
+        for kind in sorted(drawn.malformed, key=lambda k: k == "checksum"):
             output = corrupt(output, kind, self.spec)
         if drawn.drop:
             raise ResponseLost(f"{where}: applied, but the response was lost",

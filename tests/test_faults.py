@@ -158,6 +158,16 @@ def test_two_rules_of_one_kind_still_break_the_output(engine_factory, role, kind
         assert (out != good) == applies
 
 
+@pytest.mark.parametrize("other", [k for k in HIDDEN_KINDS if k != "checksum"])
+def test_checksum_stays_broken_beside_other_kinds(engine_factory, other):
+    """Found by the faults machine: a later kind recomputed the checksum, undoing the break."""
+    rig = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("checksum")),
+                                                  FaultRule(Malformed(other))))
+    out = rig.prefill("s", 0, 0, 2)
+    resealed = HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, out.hidden)
+    assert out.checksum != resealed.checksum
+
+
 def test_malformed_layer_is_refused_by_the_next_engine(engine_factory):
     head = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("layer"))))
     tail = Rig(engine_factory, "tail")
