@@ -1,10 +1,17 @@
-"""Shared pytest wiring: which engine factory the contract suite and machines run on."""
+"""Shared pytest wiring: which engine factories the contract suite and machines run on.
+
+``--engine module:callable`` (repeatable) or ``FAKESHARD_ENGINE`` (comma-separated)
+names the factories; every test that takes ``engine_factory`` runs once per
+factory and is marked ``fixture`` or ``real_model`` by that engine's evidence class.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from fakeshard.factory import FactoryError, evidence_class_of, load_factory, resolve_factory_name
+from fakeshard.factory import DEFAULT_FACTORY, ENV_VAR, FactoryError, evidence_class_of, load_factory
 from stateful import profiles
 
 # The default profile; `--hypothesis-profile NAME` (Hypothesis's own option) overrides it.
@@ -13,38 +20,50 @@ profiles.load_default()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--engine",
-        default=None,
-        help="engine factory as module:callable (default: $FAKESHARD_ENGINE, "
-        "else fakeshard:FakeShardEngine)",
+        "--engine", action="append", default=None,
+        help=f"engine factory as module:callable, repeatable (default: ${ENV_VAR}, "
+        f"comma-separated, else {DEFAULT_FACTORY})",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    name = resolve_factory_name(config.getoption("--engine"))
-    try:
-        factory = load_factory(name)
-    except FactoryError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    config.fakeshard_factory_name = name  # type: ignore[attr-defined]
-    config.fakeshard_factory = factory  # type: ignore[attr-defined]
-    config.fakeshard_evidence_class = evidence_class_of(factory)  # type: ignore[attr-defined]
+    names = config.getoption("--engine") or \
+        [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()] or [DEFAULT_FACTORY]
+    factories = {}
+    for name in names:
+        try:
+            factories[name] = load_factory(name)
+        except FactoryError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.fakeshard_factories = factories  # type: ignore[attr-defined]
+    config.fakeshard_classes = {n: evidence_class_of(f) for n, f in factories.items()}  # type: ignore[attr-defined]
+    # The first factory's name and class, for reports that name one engine.
+    config.fakeshard_factory_name = names[0]  # type: ignore[attr-defined]
+    config.fakeshard_evidence_class = config.fakeshard_classes[names[0]]  # type: ignore[attr-defined]
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return (f"fakeshard engine factory: {config.fakeshard_factory_name} "  # type: ignore[attr-defined]
-            f"(evidence class: {config.fakeshard_evidence_class})")  # type: ignore[attr-defined]
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [f"fakeshard engine factory: {name} (evidence class: {cls})"
+            for name, cls in config.fakeshard_classes.items()]  # type: ignore[attr-defined]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Label every test that runs on the factory's engines with its evidence class."""
-    marker = "real_model" if config.fakeshard_evidence_class == "real-model" else "fixture"  # type: ignore[attr-defined]
-    for item in items:
-        if "engine_factory" in getattr(item, "fixturenames", ()):
-            item.add_marker(getattr(pytest.mark, marker))
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that takes ``engine_factory`` once per named factory, marked by class."""
+    if "engine_factory" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    params = []
+    for name, factory in config.fakeshard_factories.items():  # type: ignore[attr-defined]
+        marker = "real_model" if config.fakeshard_classes[name] == "real-model" else "fixture"  # type: ignore[attr-defined]
+        params.append(pytest.param(factory, id=name if len(config.fakeshard_factories) > 1 else None,  # type: ignore[attr-defined]
+                                   marks=getattr(pytest.mark, marker)))
+    metafunc.parametrize("engine_factory", params, scope="session")
 
 
 @pytest.fixture(scope="session")
-def engine_factory(request: pytest.FixtureRequest):
-    """The engine factory under test (``--engine`` / ``$FAKESHARD_ENGINE``); a stateless callable."""
-    return request.config.fakeshard_factory
+def engine_factory_name(request: pytest.FixtureRequest, engine_factory) -> str:
+    """The ``module:callable`` name of the factory under test."""
+    for name, factory in request.config.fakeshard_factories.items():
+        if factory is engine_factory:
+            return name
+    raise LookupError("engine_factory is not one of the named factories")  # pragma: no cover

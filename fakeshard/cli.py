@@ -1,30 +1,209 @@
-"""The ``fakeshard`` command."""
+"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import NoReturn, Sequence
 
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _machines(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _add_campaign_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="ci", help="Hypothesis profile: dev, ci (default), thorough")
+    p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (each xdist worker adds its index)")
+    p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
+    p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
+    p.add_argument("--machines", type=_machines, default=("sessions", "faults", "failover"),
+                   help="comma-separated subset of sessions,faults,failover (default: all)")
+    p.add_argument("--engine", default=None,
+                   help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
+    p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
+    p.add_argument("--out", type=Path, default=Path(".fakeshard/check"),
+                   help="where coverage data, reports and the pytest log go (default .fakeshard/check)")
+    p.add_argument("--min-branch-coverage", type=float, default=None,
+                   help="fail if branch coverage of fakeshard/ from the machines is below this percent")
+    p.add_argument("--certify", action="store_true",
+                   help="require a real-model engine (refused for fixture engines)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fakeshard",
         description="A deterministic fake shard engine for testing LLM pipeline coordinators.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     demo = sub.add_parser("demo", help="run a head/middle/tail pipeline through faults and print each step")
     demo.add_argument("--seed", type=int, default=0, help="engine seed (default 0)")
+    check = sub.add_parser("check", help="run the state-machine campaign under coverage and summarise it")
+    _add_campaign_options(check)
+    replay = sub.add_parser("replay", help="replay saved traces step by step")
+    replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
+    replay.add_argument("--engine", default=None, help="engine factory module:callable")
+    evidence = sub.add_parser("evidence", help="run a campaign and write the evidence folder")
+    _add_campaign_options(evidence)
+    evidence.add_argument("--dest", type=Path, default=Path("evidence/DGR-032"),
+                          help="evidence folder (default evidence/DGR-032)")
+    evidence.add_argument("--base", default=None,
+                          help="git revision the changed-files list starts from (default: the first commit)")
     return parser
+
+
+def _check_options(args: argparse.Namespace) -> "object":
+    from fakeshard.check import CheckOptions
+    from fakeshard.factory import resolve_factory_name
+
+    return CheckOptions(
+        profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
+        machines=args.machines, engine=resolve_factory_name(args.engine), workers=args.workers,
+        out=args.out, min_branch_coverage=args.min_branch_coverage, certify=args.certify,
+    )
+
+
+def _check(args: argparse.Namespace) -> int:
+    from fakeshard.check import run_check, summary_table
+
+    result = run_check(_check_options(args))  # type: ignore[arg-type]
+    out = sys.stdout
+    out.write(summary_table(result) + "\n\n")
+    out.write(f"engine: {result.options.engine} (evidence class: {result.evidence_class}"
+              f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
+    out.write(f"probes reached: {len(set(result.probes) & _required())}/{len(_required())}"
+              + (f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else "") + "\n")
+    if result.coverage:
+        c = result.coverage
+        out.write(f"coverage of fakeshard/ from the machines: {c['branch_percent']:.1f}% of branches "
+                  f"({c['covered_branches']}/{c['branches']}), {c['percent']:.1f}% combined; "
+                  f"reports: {c['json']}, {c['html']}\n")
+    out.write(f"elapsed: {result.elapsed:.1f}s\n")
+    status = 0
+    if result.failed:
+        out.write("FAILED: the campaign found a failure (see the traces above); pytest's last lines:\n")
+        out.write(result.pytest_tail + "\n")
+        status = 1
+    if not result.coverage_ok:
+        out.write(f"FAILED: branch coverage {result.coverage.get('branch_percent', 0):.1f}% is below "
+                  f"--min-branch-coverage {result.options.min_branch_coverage}\n")
+        status = 1
+    return status
+
+
+def _required() -> frozenset[str]:
+    from stateful.probes import REQUIRED
+
+    return REQUIRED
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from fakeshard.check import source_root
+    from fakeshard.factory import FactoryError, load_factory, resolve_factory_name
+
+    sys.path.insert(0, str(source_root()))
+    from stateful.regress import replay
+    from stateful.trace import Trace
+
+    name = resolve_factory_name(args.engine)
+    try:
+        factory = load_factory(name)
+    except FactoryError as exc:
+        raise _Fail(str(exc)) from None
+    traces = []
+    for path in args.traces:
+        try:
+            traces.append((path, Trace.load(path)))
+        except FileNotFoundError:
+            raise _Fail(f"no trace file {path}") from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _Fail(f"{path} is not a readable fakeshard trace: {exc}") from None
+    status = 0
+    for path, trace in traces:
+        result = replay(trace, factory, name, tolerance=getattr(factory, "tolerance", 0.0),
+                        stop_at_failure=False)
+        sys.stdout.write(_replay_table(path, trace, result) + "\n")
+        status |= int(result.failed)
+    return status
+
+
+def _replay_table(path: Path, trace: "object", result: "object") -> str:
+    import json
+
+    steps = trace.steps  # type: ignore[attr-defined]
+    new = result.trace  # type: ignore[attr-defined]
+    first = result.first_divergence  # type: ignore[attr-defined]
+    rows = []
+    for i, step in enumerate(steps, 1):
+        args = {k: v for k, v in step.items() if k != "op"}
+        expected = new.expected[i - 1] if i - 1 < len(new.expected) else {}
+        actual = new.actual[i - 1] if i - 1 < len(new.actual) else {}
+        mark = ">>" if i == first else ""
+        rows.append((mark, str(i), step["op"], json.dumps(args, separators=(",", ":")),
+                     _short(expected), _short(actual)))
+    header = ("", "step", "op", "arguments", "expected", "actual")
+    widths = [max([len(header[c])] + [len(r[c]) for r in rows]) for c in range(len(header))]
+    lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",  # type: ignore[attr-defined]
+             "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    if result.failed:  # type: ignore[attr-defined]
+        lines.append(f"FAILS at step {first}: {result.message}")  # type: ignore[attr-defined]
+    else:
+        lines.append("passes: every step matches the reference model")
+    return "\n".join(lines)
+
+
+def _short(outcome: dict) -> str:
+    if not outcome:
+        return "-"
+    parts = [str(outcome.get("outcome", "?"))]
+    for key in ("row", "token", "pos", "expected", "got", "tokens"):
+        if key in outcome:
+            parts.append(f"{key}={outcome[key]}")
+    output = outcome.get("output")
+    if isinstance(output, dict) and "token" in output:
+        parts.append(f"token={output['token']}")
+    return " ".join(parts)
+
+
+class _Fail(Exception):
+    """A one-line error for the user."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from fakeshard.demo import run_demo
+    try:
+        if args.command == "demo":
+            from fakeshard.demo import run_demo
 
-        return run_demo(sys.stdout, seed=args.seed)
+            return run_demo(sys.stdout, seed=args.seed)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "evidence":
+            from fakeshard.evidence import write_evidence
+
+            return write_evidence(_check_options(args), dest=args.dest, base=args.base)  # type: ignore[arg-type]
+    except _Fail as exc:
+        sys.stderr.write(f"fakeshard: error: {exc}\n")
+        return 2
+    except Exception as exc:
+        from fakeshard.check import CheckError
+
+        if isinstance(exc, CheckError):
+            sys.stderr.write(f"fakeshard: error: {exc}\n")
+            return 2
+        raise
     raise AssertionError(args.command)  # pragma: no cover - argparse refuses others

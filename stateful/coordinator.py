@@ -9,10 +9,59 @@ attempt, so a stale route can never answer for it again.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from fakeshard import EngineCrashed, Pipeline, ShardError
+from fakeshard import EngineCrashed, Pipeline, ShardError, wire
+
+
+class WireLink:
+    """A node seen across a network: every bundle and error crosses as JSON text.
+
+    Inputs and outputs go through :func:`fakeshard.wire.dumps` and ``loads``
+    (so an output that breaks the contract visibly is refused on arrival) and
+    errors come back through the wire too, as a remote node's would.
+    """
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.spec = node.spec
+        self.evidence_class = node.evidence_class
+
+    def _call(self, op: str, *args: Any) -> Any:
+        sent = [wire.loads(wire.dumps(a)) if not isinstance(a, (str, int)) else a for a in args]
+        try:
+            out = getattr(self.node, op)(*sent)
+        except ShardError as exc:
+            raise wire.loads(wire.dumps(exc)) from None
+        return None if out is None else wire.loads(wire.dumps(out))
+
+    def prefill(self, bundle: Any) -> Any:
+        return self._call("prefill", bundle)
+
+    def decode(self, bundle: Any) -> Any:
+        return self._call("decode", bundle)
+
+    def cancel(self, session_id: str, epoch: int) -> None:
+        self._call("cancel", session_id, epoch)
+
+    def release(self, session_id: str, epoch: int) -> None:
+        self._call("release", session_id, epoch)
+
+    def restart(self) -> None:
+        self.node.restart()
+
+    def session(self, session_id: str) -> Any:
+        return self.node.session(session_id)
+
+    @property
+    def used_tokens(self) -> int:
+        return self.node.used_tokens
+
+    @property
+    def capacity_tokens(self) -> Any:
+        return self.node.capacity_tokens
 
 
 class GaveUp(Exception):
@@ -42,6 +91,8 @@ class Coordinator:
         self.sessions: dict[str, SessionState] = {}
         self.reroutes = 0
         self.replays = 0
+        #: Error codes the coordinator has handled, by code.
+        self.errors: Counter[str] = Counter()
 
     @property
     def nodes(self) -> list[Any]:
@@ -55,6 +106,7 @@ class Coordinator:
         self.reroutes += 1
 
     def _failed(self, pipe: Pipeline, exc: ShardError) -> None:
+        self.errors[exc.code] += 1
         if isinstance(exc, EngineCrashed) and pipe.last_failed_stage is not None:
             self._reroute(pipe.last_failed_stage)
 

@@ -8,6 +8,7 @@ every session is released, no node holds memory.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
@@ -28,7 +29,7 @@ from fakeshard import (
 )
 from fakeshard.faults import MALFORMED_KINDS
 from stateful import probes
-from stateful.coordinator import Coordinator
+from stateful.coordinator import Coordinator, WireLink
 from stateful.machines import MachineConfig
 from stateful.runner import Divergence, InvalidStep
 from stateful.trace import Trace, git_commit, hypothesis_version
@@ -52,8 +53,9 @@ class FailoverRunner:
         # Node k serves range k % 3; the first three form the route, the rest are spares.
         nodes = [factory(SPEC.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
                          faults=plans[k]) for k in range(N_NODES)]
-        route = nodes[:len(RANGES)]
-        spares = [[nodes[k] for k in range(len(RANGES), N_NODES) if k % len(RANGES) == i]
+        links = [WireLink(node) for node in nodes]
+        route = links[:len(RANGES)]
+        spares = [[links[k] for k in range(len(RANGES), N_NODES) if k % len(RANGES) == i]
                   for i in range(len(RANGES))]
         self.coordinator = Coordinator(route, spares)
         self.all_nodes = nodes
@@ -84,6 +86,7 @@ class FailoverRunner:
     def run(self, step: dict[str, Any]) -> None:
         op, sid = step["op"], step["session_id"]
         c = self.coordinator
+        errors_before, fired_before = c.errors.copy(), self._fired()
         is_open = sid in c.sessions and c.sessions[sid].open
         if is_open != (op != "start"):
             raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")
@@ -106,11 +109,22 @@ class FailoverRunner:
         self.trace.actual.append({"outcome": "ok", "token": result, "epoch": s.epoch})
         self.trace.expected.append({"outcome": "ok", "tokens": self.reference(sid, len(s.generated))})
         probes.record(["failover:" + op] + (["failover:reroute"] if c.reroutes > before[0] else [])
-                      + (["failover:replay"] if c.replays > before[1] else []))
+                      + (["failover:replay"] if c.replays > before[1] else [])
+                      + [f"code:{code}" for code in (c.errors - errors_before).elements()]
+                      + [f"fault:{name}" for name in (self._fired() - fired_before).elements()])
         problem = self.invariant_problem()
         if problem is not None:
             self.trace.failure = f"step {len(self.trace.steps)} ({op} {sid}): {problem}"
             raise Divergence(self.trace.failure)
+
+    def _fired(self) -> Counter[str]:
+        """Faults fired so far, by kind, where the engine reports them (``fault_log`` is not
+        part of the contract: an engine without it shows none here)."""
+        fired: Counter[str] = Counter()
+        for node in self.all_nodes:
+            for f in getattr(node, "fault_log", ()):
+                fired[type(f.fault).__name__] += 1
+        return fired
 
     def invariant_problem(self) -> Optional[str]:
         for sid, s in sorted(self.coordinator.sessions.items()):
@@ -161,6 +175,8 @@ class FailoverMachine(RuleBasedStateMachine):
     def _run(self, step: dict[str, Any]) -> None:
         assert self.runner is not None
         self.config.steps += 1
+        if self.config.on_step is not None:
+            self.config.on_step(self.config)
         try:
             self.runner.run(step)
         except BaseException:

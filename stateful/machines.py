@@ -48,6 +48,10 @@ class MachineConfig:
     runs: int = 0
     steps: int = 0
     failures: list[Trace] = field(default_factory=list)
+    #: Called after every step (progress display); ``None`` for none.
+    on_step: Optional[Callable[["MachineConfig"], None]] = None
+    #: Paths of the traces saved for failures.
+    saved: list[str] = field(default_factory=list)
 
 
 def role_spec(role: str) -> ShardSpec:
@@ -68,7 +72,7 @@ epoch_moves = st.sampled_from(["same"] * 4 + ["up", "down", 0, 1, 2, 3])
 #: Which start position: mostly the next one, sometimes 0 or a fixed one.
 positions = st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5])
 #: Mostly well-formed input; sometimes each kind of malformed input.
-bad_inputs = st.sampled_from([None] * 24 + list(BAD_INPUTS))
+bad_inputs = st.sampled_from([None] * 57 + list(BAD_INPUTS))
 #: cancel or release, sometimes with a malformed epoch.
 close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!"])
 
@@ -96,6 +100,8 @@ class _EngineMachine(RuleBasedStateMachine):
     def _run(self, step: dict[str, Any]) -> None:
         assert self.runner is not None
         self.config.steps += 1
+        if self.config.on_step is not None:
+            self.config.on_step(self.config)
         try:
             self.runner.run(step)
         except BaseException:
@@ -245,14 +251,12 @@ class FaultsMachine(_EngineMachine):
     @initialize(role=roles, capacity=st.none() | st.integers(0, 10),
                 seed=st.integers(0, 2), plan=fault_plans, mix=st.integers(0, 2**32 - 1))
     def setup(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, mix: int) -> None:
-        # A wide integer spreads the standing faults evenly over runs (see ``roles``).  Two runs
-        # in three carry a standing rule that hits some calls all run long, so faults that need
-        # a successful call (MemoryPressure, each Malformed kind the role's output can show)
-        # meet calls they can act on.
-        samples = role_spec(role).role.samples
-        standing = STANDING_SAMPLE if samples else STANDING_HIDDEN
-        fault, rest = standing[mix % len(standing)], mix // len(standing)
-        if rest % 3:
-            op = ("any", "decode", "prefill")[rest // 3 % 3]
-            plan = FaultPlan(plan.rules + (FaultRule(fault, op=op, count=None, probability=0.3),), plan.seed)
+        # A wide integer spreads the standing faults evenly over runs (see ``roles``).  Every
+        # run carries a standing rule that hits half the calls all run long, so faults that
+        # need a successful call (MemoryPressure, each Malformed kind the role's output can
+        # show) meet calls they can act on; the drawn rules come first, so they still fire
+        # as drawn.
+        standing = STANDING_SAMPLE if role_spec(role).role.samples else STANDING_HIDDEN
+        rule = FaultRule(standing[mix % len(standing)], count=None, probability=0.5)
+        plan = FaultPlan(plan.rules + (rule,), plan.seed)
         self._start(role, capacity, seed, plan)

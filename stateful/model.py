@@ -135,7 +135,8 @@ class Model:
         """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input."""
         fired = self._enter(op, session_id)
         names = tuple(type(f).__name__ for f in fired)
-        ids = {"session_id": session_id, "epoch": epoch}
+        # A malformed call's identity may not be well-typed: its errors' fields are not checked.
+        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
         if self.crashed:
             return Expected("engine_crashed", "down", ids, fired=names)
         if not valid:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -114,10 +115,19 @@ def run_machine(
     settings: Optional[Settings] = None,
     save_dir: Optional[Path] = REGRESSIONS,
     note: str = "",
+    seed: Optional[int] = None,
 ) -> None:
-    """Run ``machine(config)`` under Hypothesis; on failure save the reduced trace and re-raise."""
+    """Run ``machine(config)`` under Hypothesis; on failure save the reduced trace and re-raise.
+
+    ``seed`` fixes Hypothesis's generator (ignored by a derandomized profile).
+    """
+    def factory() -> Any:
+        return machine(config)
+
+    if seed is not None:
+        factory = hypothesis_seed(seed)(factory)
     try:
-        run_state_machine_as_test(lambda: machine(config), settings=settings)
+        run_state_machine_as_test(factory, settings=settings)
     except BaseException as exc:
         trace = config.last_failure
         if trace is not None:
@@ -126,6 +136,7 @@ def run_machine(
             config.failures.append(reduced)
             if save_dir is not None:
                 path = reduced.save(Path(save_dir), stem(reduced))
+                config.saved.append(str(path))
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"fakeshard: reduced trace of {len(reduced.steps)} steps saved to {path}")
         raise

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 from fakeshard import (
     FaultPlan,
+    validate,
     HiddenBundle,
     SampleBundle,
     ShardError,
@@ -31,7 +32,10 @@ from stateful.trace import Trace, git_commit, hypothesis_version
 
 HIDDEN_KINDS = frozenset({"checksum", "shape", "layer", "nan", "session", "epoch", "position"})
 SAMPLE_KINDS = frozenset({"token_range", "session", "epoch", "position"})
-BAD_INPUTS = ("contract", "range", "type", "two_positions")
+#: Ways a step's input can break the contract (each must be refused as MalformedBundle).
+BAD_INPUTS = ("contract", "range", "type", "two_positions", "session_type", "empty_session",
+              "epoch_negative", "epoch_bool", "start_negative", "no_positions", "token_type",
+              "not_a_bundle", "nan", "checksum", "width", "ragged", "layer", "value_type", "rows_type")
 
 
 class Divergence(AssertionError):
@@ -231,13 +235,17 @@ class EngineRunner:
             sid, epoch, start, tokens = step["session_id"], step["epoch"], step["start"], step["tokens"]
             self.known.add(sid)
             bundle = self._bundle(op, sid, epoch, start, tokens, step.get("bad"))
-            expected = self.model.compute(op, sid, epoch, start, tokens, valid=step.get("bad") is None)
+            # Faults are matched against the session the call names, even a malformed one.
+            named = getattr(bundle, "session_id", None)
+            expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None)
             actual = _call(getattr(self.engine, op), bundle)
             n = len(tokens)
         self.trace.expected.append(summarize_expected(expected))
         self.trace.actual.append(summarize(actual))
         self._probe(op, expected)
         problem = compare(expected, actual, self.spec, n, self.tolerance)
+        if problem is None:
+            problem = self._check_wire(actual)
         if problem is None:
             problem = self.invariant_problem()
         if problem is not None:
@@ -260,19 +268,20 @@ class EngineRunner:
             history.append(0)
             return self.feeder.bundle(sid, epoch, start, history, len(tokens) + 1)
         bundle = self.feeder.bundle(sid, epoch, start, history, len(tokens))
-        if bad == "contract":
-            return dataclasses.replace(bundle, contract="0")
-        if bad == "range":
-            if isinstance(bundle, TokenBundle):
-                return dataclasses.replace(bundle, tokens=(self.spec.vocab_size,) + bundle.tokens[1:])
-            return HiddenBundle.sealed(sid, epoch, start, bundle.layer,
-                                       [(math.nan,) + bundle.hidden[0][1:]] + list(bundle.hidden[1:]))
-        if bad == "type":
-            if isinstance(bundle, TokenBundle):
-                return HiddenBundle.sealed(sid, epoch, start, max(1, self.spec.start_layer),
-                                           [(0.0,) * self.spec.hidden_size] * len(tokens))
-            return TokenBundle(sid, epoch, start, tuple(tokens))
-        return bundle
+        return bundle if bad is None else break_input(bundle, bad, self.spec)
+
+    def _check_wire(self, actual: Any) -> Optional[str]:
+        """Outputs and errors must survive the wire (a broken output may be refused there)."""
+        if isinstance(actual, ShardError) or (
+            isinstance(actual, (SampleBundle, HiddenBundle)) and not _breaks_alone(actual)
+        ):
+            try:
+                back = wire.loads(wire.dumps(actual))
+            except Exception as exc:
+                return f"{summarize(actual)} does not survive the wire: {type(exc).__name__}: {exc}"
+            if back != actual:
+                return f"{summarize(actual)} comes back from the wire as {summarize(back)}"
+        return None
 
     def finish(self) -> None:
         """End-of-run check (the per-step invariants already ran)."""
@@ -296,6 +305,59 @@ class EngineRunner:
         if self.clock.now() != self.model.clock:
             return f"clock at {self.clock.now()}, model says {self.model.clock}"
         return None
+
+
+def _breaks_alone(bundle: Any) -> bool:
+    """Whether the bundle alone shows it breaks the contract (so the wire may refuse it)."""
+    try:
+        validate(bundle)
+    except Exception:
+        return True
+    return False
+
+
+def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
+    """``bundle`` broken in the named way (a kind that does not fit its type breaks the contract version)."""
+    replace = dataclasses.replace
+    sid, epoch, start = bundle.session_id, bundle.epoch, bundle.start_pos
+    identity = {"session_type": {"session_id": 7}, "empty_session": {"session_id": ""},
+                "epoch_negative": {"epoch": -1}, "epoch_bool": {"epoch": True},
+                "start_negative": {"start_pos": -1}, "contract": {"contract": "0"}}
+    if bad in identity:
+        return replace(bundle, **identity[bad])
+    if bad == "not_a_bundle":
+        return {"session_id": sid, "epoch": epoch, "start_pos": start}
+    if isinstance(bundle, TokenBundle):
+        if bad == "range":
+            return replace(bundle, tokens=(spec.vocab_size,) + bundle.tokens[1:])
+        if bad == "no_positions":
+            return replace(bundle, tokens=())
+        if bad == "token_type":
+            return replace(bundle, tokens=("7",) + bundle.tokens[1:])
+        if bad == "type":
+            return HiddenBundle.sealed(sid, epoch, start, max(1, spec.start_layer),
+                                       [(0.0,) * spec.hidden_size] * len(bundle.tokens))
+        return replace(bundle, contract="0")
+    rows = list(bundle.hidden)
+    if bad in ("range", "nan"):
+        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [(math.nan,) + rows[0][1:]] + rows[1:])
+    if bad == "checksum":
+        return replace(bundle, checksum="0" * 16)
+    if bad == "width":
+        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [r + (0.0,) for r in rows])
+    if bad == "ragged":
+        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, rows + [rows[0][:-1]])
+    if bad == "layer":
+        return HiddenBundle.sealed(sid, epoch, start, bundle.layer + 1, rows)
+    if bad == "no_positions":
+        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [])
+    if bad == "value_type":
+        return replace(bundle, hidden=(("x",) + rows[0][1:],) + tuple(rows[1:]))
+    if bad == "rows_type":
+        return replace(bundle, hidden=rows[0])
+    if bad == "type":
+        return TokenBundle(sid, epoch, start, (0,) * len(rows))
+    return replace(bundle, contract="0")
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:

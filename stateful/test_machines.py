@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
+from stateful import probes
+from stateful.campaign import machine_settings, reporter_for, worker_seed
 from stateful.failover import FailoverMachine
 from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
 from stateful.regress import run_machine
@@ -11,11 +15,25 @@ from stateful.regress import run_machine
 
 @pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine],
                          ids=lambda m: m.machine_name)
-def test_machine(engine_factory, request, machine):
-    config = MachineConfig(engine_factory, request.config.fakeshard_factory_name,
-                           tolerance=getattr(engine_factory, "tolerance", 0.0))
-    run_machine(machine, config)
+def test_machine(engine_factory, engine_factory_name, request, machine):
+    reporter = reporter_for(machine.machine_name)
+    config = MachineConfig(engine_factory, engine_factory_name,
+                           tolerance=getattr(engine_factory, "tolerance", 0.0),
+                           on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed = True
+    try:
+        run_machine(machine, config, settings=machine_settings(), seed=worker_seed())
+        failed = False
+    finally:
+        reached = probes.reached - before
+        by_factory = getattr(request.config, "fakeshard_probes", {})
+        by_factory.setdefault(engine_factory_name, Counter()).update(reached)
+        request.config.fakeshard_probes = by_factory
+        if reporter is not None:
+            reporter.finish(config, reached, failed, config.saved,
+                            request.config.fakeshard_classes[engine_factory_name])
     assert config.runs > 0 and config.steps > 0
     ran = getattr(request.config, "fakeshard_machines_ran", set())
-    ran.add(machine.machine_name)
+    ran.add((engine_factory_name, machine.machine_name))
     request.config.fakeshard_machines_ran = ran

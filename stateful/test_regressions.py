@@ -11,9 +11,9 @@ TRACES = sorted(REGRESSIONS.glob("*.json"))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
-def test_saved_trace_replays(engine_factory, request, path):
+def test_saved_trace_replays(engine_factory, engine_factory_name, path):
     trace = Trace.load(path)
-    result = replay(trace, engine_factory, request.config.fakeshard_factory_name,
+    result = replay(trace, engine_factory, engine_factory_name,
                     tolerance=getattr(engine_factory, "tolerance", 0.0))
     assert not result.failed, (
         f"{path.name} ({trace.note or 'no note'}) diverges at step {result.first_divergence}: "

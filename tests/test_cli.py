@@ -41,3 +41,76 @@ def test_no_command_is_an_error(capsys):
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
+
+
+def _run(*args, env=None):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "fakeshard", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["check", "--profile", "fast"], "--profile must be one of"),
+    (["check", "--machines", "sessions,chaos"], "--machines takes"),
+    (["check", "--workers", "0"], "--workers must be >= 1"),
+    (["check", "--examples", "0"], "--examples must be >= 1"),
+    (["check", "--engine", "nowhere_module:make"], "cannot import 'nowhere_module'"),
+    (["check", "--engine", "fakeshard:NoSuchThing"], "has no 'NoSuchThing'"),
+    (["check", "--engine", "fakeshard"], "not of the form module:callable"),
+    (["check", "--engine", "fakeshard:ShardSpec"], "failed to build an engine"),
+    (["check", "--engine", "fakeshard:VirtualClock"], "failed to build an engine"),
+    (["check", "--certify"], "fixture results are not real-model certification"),
+    (["check", "--frobnicate"], "unrecognized arguments"),
+    (["replay", "does/not/exist.json"], "no trace file"),
+    (["evidence", "--profile", "nope"], "--profile must be one of"),
+])
+def test_bad_input_is_a_one_line_error(args, needle):
+    result = _run(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_replay_refuses_a_corrupt_trace(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    result = _run("replay", str(bad))
+    assert result.returncode == 2 and "not a readable fakeshard trace" in result.stderr
+    other = tmp_path / "other.json"
+    other.write_text('{"format": 99}')
+    assert "not a readable fakeshard trace" in _run("replay", str(other)).stderr
+
+
+def test_replay_shows_a_saved_trace_passing(tmp_path):
+    from stateful.trace import REGRESSIONS
+
+    trace = sorted(REGRESSIONS.glob("*.json"))[0]
+    result = _run("replay", str(trace))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "passes: every step matches" in result.stdout
+    assert "step  op" in result.stdout.replace("    ", "  ")
+
+
+def test_replay_marks_the_first_divergence_on_a_buggy_engine():
+    from stateful.trace import REGRESSIONS, Trace
+
+    for path in sorted(REGRESSIONS.glob("*.json")):
+        if "leaky_release" in Trace.load(path).note:
+            break
+    else:
+        pytest.skip("no leaky_release trace saved")
+    result = _run("replay", str(path), "--engine", "tests.planted_factories:leaky_release")
+    assert result.returncode == 1
+    assert ">>" in result.stdout and "FAILS at step" in result.stdout
+
+
+def test_check_runs_a_small_campaign(tmp_path):
+    result = _run("check", "--profile", "dev", "--examples", "3", "--steps", "5", "--machines", "sessions",
+                  "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sessions" in result.stdout and "passed" in result.stdout
+    assert "fixture evidence, not real-model certification" in result.stdout
+    assert (tmp_path / "out" / "coverage.json").is_file()
+    assert "examples" in result.stderr  # the progress bar

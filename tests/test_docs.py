@@ -26,7 +26,7 @@ def test_readme_python_examples_run():
 
 def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
     commands = re.findall(r"```sh\n(.*?)\n```", README, flags=re.S)[:2]
-    assert "fakeshard demo" in commands[0]
+    assert "fakeshard check" in commands[0]
     assert "pytest" in commands[1]
     assert commands[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 

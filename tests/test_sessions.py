@@ -266,4 +266,3 @@ def test_failed_calls_do_not_change_later_outputs(rig, engine_factory):
 
 def _fields(bundle):
     return {name: getattr(bundle, name) for name in bundle.__dataclass_fields__}
-

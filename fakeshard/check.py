@@ -1,0 +1,274 @@
+"""``fakeshard check``: a state-machine campaign under coverage, with progress and a summary.
+
+The campaign runs ``pytest`` on ``stateful/test_machines.py`` (and, for a
+full ``ci`` campaign, the probe check) in a subprocess under coverage.py with
+branch coverage; ``--workers N`` spreads it with pytest-xdist, and coverage
+follows the workers (``patch = subprocess``) and is combined afterwards.
+Each machine run writes its progress and summary under the output folder;
+this module shows a progress bar while it runs and a table when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from fakeshard.factory import FactoryError, evidence_class_of, load_factory
+
+__all__ = ["CheckError", "CheckOptions", "CheckResult", "MACHINES", "PROFILES", "run_check", "source_root"]
+
+MACHINES = ("sessions", "faults", "failover")
+PROFILES = ("dev", "ci", "thorough")
+_PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
+#: Modules the machines exercise; the command-line and demo are not under their purview.
+COVERAGE_OMIT = ("*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
+                 "*/fakeshard/check.py", "*/fakeshard/evidence.py")
+
+
+class CheckError(Exception):
+    """A problem with the options or the environment, reported in one line."""
+
+
+@dataclass
+class CheckOptions:
+    profile: str = "ci"
+    seed: Optional[int] = None
+    examples: Optional[int] = None
+    steps: Optional[int] = None
+    machines: tuple[str, ...] = MACHINES
+    engine: str = "fakeshard:FakeShardEngine"
+    workers: int = 1
+    out: Path = Path(".fakeshard/check")
+    min_branch_coverage: Optional[float] = None
+    certify: bool = False
+
+
+@dataclass
+class CheckResult:
+    options: CheckOptions
+    evidence_class: str
+    command: list[str]
+    returncode: int
+    elapsed: float
+    machines: list[dict[str, Any]] = field(default_factory=list)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    probes: Counter = field(default_factory=Counter)
+    missing_probes: list[str] = field(default_factory=list)
+    pytest_tail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.returncode != 0 or any(m.get("failed") for m in self.machines)
+
+    @property
+    def coverage_ok(self) -> bool:
+        floor = self.options.min_branch_coverage
+        return floor is None or self.coverage.get("branch_percent", 0.0) >= floor
+
+
+def source_root() -> Path:
+    """The checkout that holds ``stateful/``; the campaign needs the suite's source."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "stateful" / "test_machines.py").is_file():
+        raise CheckError(
+            f"the state-machine suite (stateful/) is not beside {Path(__file__).parent}; "
+            "run from a clone installed with pip install -e '.[test]'"
+        )
+    return root
+
+
+def _validate(options: CheckOptions) -> str:
+    if options.profile not in PROFILES:
+        raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
+    unknown = [m for m in options.machines if m not in MACHINES]
+    if unknown or not options.machines:
+        raise CheckError(f"--machines takes a comma-separated subset of {', '.join(MACHINES)}, "
+                         f"got {','.join(options.machines) or 'nothing'}")
+    for name in ("examples", "steps"):
+        value = getattr(options, name)
+        if value is not None and value < 1:
+            raise CheckError(f"--{name} must be >= 1, got {value}")
+    if options.workers < 1:
+        raise CheckError(f"--workers must be >= 1, got {options.workers}")
+    try:
+        factory = load_factory(options.engine)
+    except FactoryError as exc:
+        raise CheckError(str(exc)) from None
+    evidence_class = evidence_class_of(factory)
+    if options.certify and evidence_class != "real-model":
+        raise CheckError(
+            f"--certify refused: engine factory {options.engine!r} has evidence_class "
+            f"{evidence_class!r}; fixture results are not real-model certification"
+        )
+    return evidence_class
+
+
+def _coverage_rc(out: Path, root: Path) -> Path:
+    rc = out / "coveragerc"
+    omit = "\n    ".join(COVERAGE_OMIT)
+    rc.write_text(
+        "[run]\nbranch = True\nparallel = True\npatch = subprocess\n"
+        f"source = {root / 'fakeshard'}\ndata_file = {out / '.coverage'}\n"
+        f"omit =\n    {omit}\n",
+        encoding="utf-8",
+    )
+    return rc
+
+
+def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest",
+           "stateful/test_machines.py"]
+    selected = " or ".join(options.machines)
+    full_ci = options.profile == "ci" and set(options.machines) == set(MACHINES) \
+        and options.examples is None and options.steps is None
+    if full_ci:  # the probe requirement is made of a full ci campaign
+        cmd.append("stateful/test_probes.py")
+        selected = f"({selected}) or test_ci_campaign_reaches_every_probe"
+    cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile={options.profile}",
+            f"--engine={options.engine}", "-k", selected]
+    if options.workers > 1:
+        cmd += ["-n", str(options.workers)]
+    return cmd
+
+
+def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any]:
+    totals = {"runs": 0, "steps": 0, "failures": 0}
+    for path in (out / "campaign").glob("*.progress.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being written
+        for key in totals:
+            totals[key] += int(data.get(key, 0))
+    per_machine = options.examples or _PROFILE_EXAMPLES[options.profile]
+    totals["target"] = per_machine * len(options.machines)
+    totals["elapsed"] = time.monotonic() - started
+    return totals
+
+
+def _bar(p: dict[str, Any], width: int = 24) -> str:
+    done = min(p["runs"] / max(p["target"], 1), 1.0)
+    filled = int(done * width)
+    return (f"[{'#' * filled}{'-' * (width - filled)}] {p['runs']} examples, {p['steps']} steps, "
+            f"{p['failures']} failures, {p['elapsed']:.0f}s")
+
+
+def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckResult:
+    """Run the campaign; raise :class:`CheckError` for bad options."""
+    evidence_class = _validate(options)
+    root = source_root()
+    out = options.out if options.out.is_absolute() else root / options.out
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")):
+        stale.unlink()
+    rc = _coverage_rc(out, root)
+    cmd = _pytest_command(options, rc)
+    env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign")}
+    for var, value in (("FAKESHARD_MAX_EXAMPLES", options.examples), ("FAKESHARD_STEPS", options.steps),
+                       ("FAKESHARD_SEED", options.seed)):
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = str(value)
+    env.pop("FAKESHARD_PROFILE", None)
+    log = out / "pytest.log"
+    started = time.monotonic()
+    tty = stream.isatty()
+    last_line = 0.0
+    with open(log, "w", encoding="utf-8") as log_file:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(0.5)
+            p = _progress(out, options, started)
+            if tty:
+                stream.write("\r" + _bar(p))
+                stream.flush()
+            elif p["elapsed"] - last_line >= 10:
+                stream.write(_bar(p) + "\n")
+                last_line = p["elapsed"]
+        p = _progress(out, options, started)
+        stream.write(("\r" if tty else "") + _bar(p) + "\n")
+    result = CheckResult(options, evidence_class, [Path(cmd[0]).name] + cmd[1:], proc.returncode,
+                         time.monotonic() - started)
+    result.pytest_tail = "\n".join(log.read_text(encoding="utf-8").splitlines()[-30:])
+    for path in sorted((out / "campaign").glob("*.summary.json")):
+        result.machines.append(json.loads(path.read_text(encoding="utf-8")))
+    result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
+    for m in result.machines:
+        result.probes.update(m["probes"])
+    sys.path.insert(0, str(root))
+    from stateful.probes import missing
+
+    result.missing_probes = missing(set(result.probes))
+    result.coverage = _coverage_reports(out, rc)
+    return result
+
+
+def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
+    def cov(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "coverage", *args, f"--rcfile={rc}"], cwd=out,
+                       check=True, capture_output=True, text=True)
+
+    if not list(out.glob(".coverage.*")):
+        return {}
+    cov("combine", "-q")
+    cov("json", "-q", "-o", str(out / "coverage.json"))
+    cov("xml", "-q", "-o", str(out / "coverage.xml"))
+    cov("html", "-q", "-d", str(out / "htmlcov"))
+    data = json.loads((out / "coverage.json").read_text(encoding="utf-8"))
+    totals = data["totals"]
+    branches = totals.get("num_branches", 0)
+    files = {}
+    for name, f in sorted(data["files"].items()):
+        s = f["summary"]
+        files[Path(name).name] = {
+            "statements": s["num_statements"], "missing": s["missing_lines"],
+            "branches": s.get("num_branches", 0), "partial": s.get("num_partial_branches", 0),
+            "branch_percent": 100.0 * s.get("covered_branches", 0) / max(s.get("num_branches", 0), 1),
+            "percent": s["percent_covered"],
+        }
+    return {
+        "percent": totals["percent_covered"],
+        "branch_percent": 100.0 * totals.get("covered_branches", 0) / branches if branches else 100.0,
+        "statements": totals["num_statements"], "missing": totals["missing_lines"],
+        "branches": branches, "covered_branches": totals.get("covered_branches", 0),
+        "files": files, "json": str(out / "coverage.json"), "xml": str(out / "coverage.xml"),
+        "html": str(out / "htmlcov" / "index.html"),
+    }
+
+
+def summary_table(result: CheckResult) -> str:
+    """The campaign's results as a plain-text table."""
+    header = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
+    required_total = _required_count()
+    rows = []
+    for m in result.machines:
+        probes = Counter(m["probes"])
+        faults = sorted(k.split(":", 1)[1] for k in probes if k.startswith("fault:"))
+        codes = sorted(k.split(":", 1)[1] for k in probes if k.startswith("code:") and k != "code:ok")
+        reached = len([k for k in probes if k in _required()])
+        outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
+        rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{required_total}",
+                     ", ".join(faults) or "-", ", ".join(codes) or "-", outcome))
+    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _required() -> frozenset[str]:
+    from stateful.probes import REQUIRED
+
+    return REQUIRED
+
+
+def _required_count() -> int:
+    return len(_required())

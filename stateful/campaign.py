@@ -1,0 +1,103 @@
+"""Campaign plumbing shared by `pytest stateful` and `fakeshard check`.
+
+Environment variables (set by ``fakeshard check``, usable by hand):
+
+* ``FAKESHARD_MAX_EXAMPLES``, ``FAKESHARD_STEPS``: override the profile's
+  ``max_examples`` and ``stateful_step_count`` for the machines.
+* ``FAKESHARD_SEED``: a Hypothesis seed; each pytest-xdist worker adds its
+  index (``gw3`` -> seed + 3), so workers explore different examples and a
+  campaign replays exactly.  Ignored under a derandomized profile (``ci``).
+* ``FAKESHARD_CAMPAIGN_DIR``: where each machine run writes its progress and
+  summary as JSON, for ``fakeshard check`` to show and add up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+from hypothesis import settings as Settings
+
+
+def _int_env(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+    if number < 0:
+        raise ValueError(f"{name}={value!r} must be >= 0")
+    return number
+
+
+def machine_settings() -> Settings:
+    """The loaded profile, with the campaign's overrides."""
+    overrides: dict[str, Any] = {}
+    examples, steps = _int_env("FAKESHARD_MAX_EXAMPLES"), _int_env("FAKESHARD_STEPS")
+    if examples is not None:
+        overrides["max_examples"] = max(examples, 1)
+    if steps is not None:
+        overrides["stateful_step_count"] = max(steps, 1)
+    return Settings(Settings.default, **overrides)
+
+
+def worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def worker_seed() -> Optional[int]:
+    """``FAKESHARD_SEED`` plus this xdist worker's index, or ``None``."""
+    seed = _int_env("FAKESHARD_SEED")
+    return None if seed is None else seed + worker_index()
+
+
+class Reporter:
+    """Writes a machine run's progress (throttled) and summary under the campaign directory."""
+
+    def __init__(self, directory: Path, machine: str) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stem = f"{machine}-{os.getpid()}"
+        self.progress_path = self.directory / f"{stem}.progress.json"
+        self.summary_path = self.directory / f"{stem}.summary.json"
+        self.machine = machine
+        # Wall-clock time here only paces the display and reports elapsed time;
+        # nothing the engines compute reads it.
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def tick(self, config: Any, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < 0.25:
+            return
+        self._last = now
+        self._write(self.progress_path, {"machine": self.machine, "runs": config.runs,
+                                         "steps": config.steps, "failures": len(config.failures),
+                                         "elapsed": now - self.started})
+
+    def finish(self, config: Any, reached: Counter[str], failed: bool, traces: list[str],
+               evidence_class: str) -> None:
+        self.tick(config, force=True)
+        self._write(self.summary_path, {
+            "machine": self.machine, "runs": config.runs, "steps": config.steps, "failed": failed,
+            "traces": traces, "probes": dict(sorted(reached.items())), "evidence_class": evidence_class,
+            "elapsed": time.monotonic() - self.started,
+        })
+
+    @staticmethod
+    def _write(path: Path, data: dict[str, Any]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+
+
+def reporter_for(machine: str) -> Optional[Reporter]:
+    directory = os.environ.get("FAKESHARD_CAMPAIGN_DIR")
+    return Reporter(Path(directory), machine) if directory else None
