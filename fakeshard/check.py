@@ -24,7 +24,7 @@ from fakeshard.factory import FactoryError, evidence_class_of, load_factory
 
 __all__ = ["CheckError", "CheckOptions", "CheckResult", "MACHINES", "PROFILES", "run_check", "source_root"]
 
-MACHINES = ("sessions", "faults", "failover")
+MACHINES = ("sessions", "faults", "failover", "surface")
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: Modules the machines exercise; the command-line and demo are not under their purview.

@@ -173,10 +173,6 @@ class HiddenBundle:
             raise MalformedBundle(f"HiddenBundle.sealed: hidden must be rows of floats ({exc})") from None
         return cls(session_id, epoch, start_pos, layer, rows, checksum)
 
-    @property
-    def n_positions(self) -> int:
-        return len(self.hidden)
-
 
 @dataclass(frozen=True, slots=True)
 class SampleBundle:

@@ -169,10 +169,10 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
              f"{f['branch_percent']:.1f}", f"{f['percent']:.1f}")
             for name, f in cov.get("files", {}).items()]),
         "",
-        "What the machines leave unreached is mostly argument checking at construction "
-        "(impossible `ShardSpec`s, bad fault rules, bad clocks, bad factories) and the wire's "
-        "handling of junk text: the unit tests in `tests/` cover those; the machines build "
-        "valid worlds and break the calls made in them.",
+        "The session machines build valid worlds and break the calls made in them; the "
+        "`surface` machine breaks construction (specs, fault records, clocks, factories, "
+        "pipelines) and transport (mutated wire text). What is left unreached is listed "
+        "per line in `coverage.json`.",
         "",
         "## Probes",
         "",
@@ -186,6 +186,8 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "* A fixture cannot prove that any real engine keeps the contract: these results say the "
         "contract is consistent, executable and kept by `FakeShardEngine`, and that the machines "
         "catch the fourteen planted bugs in `tests/planted.py`.",
+        "* Coverage says which lines and branches ran, not that every behaviour on them was "
+        "checked; the checks are the model comparisons and invariants.",
         "* The fixture computes with integer hashes, not floats: numerical drift, kernel "
         "nondeterminism and real memory use are out of its reach.",
         "* Time is virtual: no timeout, no real concurrency, no network partition is exercised; "

@@ -278,7 +278,7 @@ def corrupt(output: object, what: str, spec: ShardSpec) -> object:
         if what == "position":
             return _reseal(output, start_pos=output.start_pos + 1)
         return output
-    if isinstance(output, SampleBundle):
+    if isinstance(output, SampleBundle):  # the only other output an engine corrupts
         if what == "token_range":
             return replace(output, token=spec.vocab_size)
         if what == "session":
@@ -287,5 +287,4 @@ def corrupt(output: object, what: str, spec: ShardSpec) -> object:
             return replace(output, epoch=output.epoch + 1)
         if what == "position":
             return replace(output, pos=output.pos + 1)
-        return output
     return output

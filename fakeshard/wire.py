@@ -3,7 +3,8 @@
 ``dumps`` turns a value into one JSON object with a ``kind`` discriminator
 and the ``contract`` version (dataclass fields via dataclasses-json's
 ``to_dict``).  ``loads`` is strict: exact keys, exact JSON types (no ``"1"``
-for ``1``, no ``1.5`` for an int, no ``true`` for a number), finite numbers,
+for ``1``, no ``1.5`` for an int, no ``true`` for a number), integers that fit
+in 64 bits (so any coordinator's JSON library reads them), finite numbers,
 a known ``kind`` and version, bounded size and depth, and the result passes
 :func:`fakeshard.validate`.  Anything else raises :class:`MalformedBundle`
 and nothing else.  (dataclasses-json's own schemas coerce ``"1"`` and
@@ -112,6 +113,8 @@ def _check(value: Any, tp: Any, path: str) -> Any:
     if tp is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise _Bad(f"{path} must be an integer, got {_json_type(value)}")
+        if not -(2**63) <= value < 2**63:
+            raise _Bad(f"{path} does not fit in 64 bits")
         return value
     if tp is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -74,7 +74,7 @@ positions = st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5])
 #: Mostly well-formed input; sometimes each kind of malformed input.
 bad_inputs = st.sampled_from([None] * 57 + list(BAD_INPUTS))
 #: cancel or release, sometimes with a malformed epoch.
-close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!"])
+close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!", "cancel?", "release?"])
 
 
 class _EngineMachine(RuleBasedStateMachine):
@@ -166,9 +166,9 @@ class _EngineMachine(RuleBasedStateMachine):
     @rule(op=close_ops, sid=st.sampled_from(SIDS), move=epoch_moves)
     def close(self, op: str, sid: str, move: Any) -> None:
         self._revive()
-        step = {"op": op.rstrip("!"), "session_id": sid, "epoch": self._epoch(sid, move)}
-        if op.endswith("!"):
-            step["bad"] = "epoch"
+        step = {"op": op.rstrip("!?"), "session_id": sid, "epoch": self._epoch(sid, move)}
+        if op[-1] in "!?":  # a malformed epoch, or a malformed session id
+            step["bad"] = "epoch" if op.endswith("!") else "session"
         self._run(step)
 
     @precondition(lambda self: self.runner is not None and self.runner.model.crashed)
@@ -257,6 +257,8 @@ class FaultsMachine(_EngineMachine):
         # show) meet calls they can act on; the drawn rules come first, so they still fire
         # as drawn.
         standing = STANDING_SAMPLE if role_spec(role).role.samples else STANDING_HIDDEN
-        rule = FaultRule(standing[mix % len(standing)], count=None, probability=0.5)
+        fault = standing[mix % len(standing)]
+        op = ("any", "decode")[mix // len(standing) % 2]  # decodes succeed less often: aim some there
+        rule = FaultRule(fault, op=op, count=None, probability=0.5)
         plan = FaultPlan(plan.rules + (rule,), plan.seed)
         self._start(role, capacity, seed, plan)

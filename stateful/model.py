@@ -180,7 +180,7 @@ class Model:
         """cancel/release."""
         fired = self._enter(op, session_id)
         names = tuple(type(f).__name__ for f in fired)
-        ids = {"session_id": session_id, "epoch": epoch}
+        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
         if self.crashed:
             return Expected("engine_crashed", "down", ids, fired=names)
         if not valid:

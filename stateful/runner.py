@@ -227,9 +227,10 @@ class EngineRunner:
             sid, epoch = step["session_id"], step["epoch"]
             self.known.add(sid)
             bad = step.get("bad")
-            sent = -1 if bad else epoch  # a bad close sends an impossible epoch
-            expected = self.model.close(op, sid, sent, valid=bad is None)
-            actual = _call(getattr(self.engine, op), sid, sent)
+            # A bad close sends an impossible epoch or a session id that is not a string.
+            sent_sid, sent = (7, epoch) if bad == "session" else (sid, -1 if bad else epoch)
+            expected = self.model.close(op, sent_sid, sent, valid=bad is None)
+            actual = _call(getattr(self.engine, op), sent_sid, sent)
             n = 0
         else:
             sid, epoch, start, tokens = step["session_id"], step["epoch"], step["start"], step["tokens"]

@@ -11,9 +11,10 @@ from stateful.campaign import machine_settings, reporter_for, worker_seed
 from stateful.failover import FailoverMachine
 from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
 from stateful.regress import run_machine
+from stateful.surface import SurfaceMachine
 
 
-@pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine],
+@pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine, SurfaceMachine],
                          ids=lambda m: m.machine_name)
 def test_machine(engine_factory, engine_factory_name, request, machine):
     reporter = reporter_for(machine.machine_name)

@@ -54,7 +54,7 @@ rules = st.builds(
     FaultRule, faults, st.sampled_from(("any",) + OPS), st.none() | ids,
     st.integers(1, 100), st.none() | st.integers(1, 100), st.floats(0, 1),
 )
-plans = st.builds(FaultPlan, st.lists(rules, max_size=4).map(tuple), st.integers(-(2**63), 2**63))
+plans = st.builds(FaultPlan, st.lists(rules, max_size=4).map(tuple), st.integers(-(2**63), 2**63 - 1))
 
 
 @st.composite
@@ -141,6 +141,7 @@ BAD_TEXTS = [
     ("NaN", json.dumps(GOOD_HIDDEN).replace("0.25", "NaN"), "non-finite"),
     ("Infinity", json.dumps(GOOD_HIDDEN).replace("0.25", "Infinity"), "non-finite"),
     ("huge number", json.dumps(GOOD_HIDDEN).replace("0.25", "1" + "0" * 400), "too large"),
+    ("int past 64 bits", _with(GOOD, epoch=2**63), "does not fit in 64 bits"),
     ("bad checksum", _with(GOOD_HIDDEN, checksum="00"), "checksum"),
     ("ragged hidden", _with(GOOD_HIDDEN, hidden=[[0.25, 0.5], [0.1]]), "shape"),
     ("bad fault type", json.dumps(GOOD_PLAN).replace('"delay"', '"meteor"'), "type must be one of"),

@@ -1,0 +1,376 @@
+"""The Surface machine: every way into the library, good input and bad, against a model.
+
+The session machines build valid worlds and break the calls made in them;
+this one breaks the world's construction and its transport.  Each rule draws
+arguments from mixes of valid and invalid values, asks a model written from
+the contract and the README whether they are acceptable, and checks the
+library agrees: a value when they are, a typed error (``ValueError`` /
+``TypeError`` for constructors, ``MalformedBundle`` for the wire) when not.
+Along the way it keeps a pool of values that must survive the wire exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from typing import Any, Optional
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from fakeshard import (
+    Crash,
+    HiddenBundle,
+    validate,
+    Delay,
+    DropResponse,
+    FaultPlan,
+    FaultRule,
+    Malformed,
+    MalformedBundle,
+    MemoryPressure,
+    Pipeline,
+    RealClock,
+    ShardError,
+    ShardSpec,
+    TokenBundle,
+    VirtualClock,
+    wire,
+)
+from fakeshard.errors import ERROR_CODES
+from fakeshard.factory import FactoryError, load_factory
+from fakeshard.faults import MALFORMED_KINDS, OPS
+from fakeshard.feeder import Feeder
+from stateful.machines import MachineConfig
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# -- the model: which arguments the contract (and the README's choices) accept -----------
+
+def spec_ok(model_id: Any, n: Any, start: Any, end: Any, hidden: Any, vocab: Any) -> bool:
+    return (isinstance(model_id, str) and model_id != "" and _is_int(n) and n >= 1
+            and _is_int(hidden) and hidden >= 4 and _is_int(vocab) and vocab >= 2
+            and _is_int(start) and _is_int(end) and 0 <= start < end <= n)
+
+
+def seconds_ok(v: Any) -> bool:
+    return _is_number(v) and math.isfinite(v) and v >= 0
+
+
+def fault_ok(kind: str, arg: Any) -> bool:
+    if kind == "delay":
+        return seconds_ok(arg)
+    if kind == "memory_pressure":
+        return arg is None or (_is_int(arg) and arg >= 0)
+    if kind == "malformed":
+        return arg in MALFORMED_KINDS
+    return True
+
+
+def rule_ok(fault_valid: bool, op: Any, session_id: Any, nth: Any, count: Any, p: Any) -> bool:
+    return (fault_valid and (op == "any" or op in OPS) and (session_id is None or isinstance(session_id, str))
+            and _is_int(nth) and nth >= 1 and (count is None or (_is_int(count) and count >= 1))
+            and _is_number(p) and 0 <= p <= 1)
+
+
+def tiles(ranges: list[tuple[int, int]], n: int) -> bool:
+    at = 0
+    for a, b in ranges:
+        if a != at:
+            return False
+        at = b
+    return bool(ranges) and at == n
+
+
+FAULT_ARGS = {
+    "delay": [0, 0.5, 3, -1, math.inf, math.nan, "1", True],
+    "memory_pressure": [None, 0, 4, -2, 2.5, True],
+    "malformed": list(MALFORMED_KINDS) + ["bitflip", 3],
+    "crash": [None],
+    "drop_response": [None],
+}
+MUTATIONS = ("none", "truncate", "drop_key", "extra_key", "object_value", "nan", "deep", "bad_utf8",
+             "version", "kind", "not_text", "oversize", "oversize_bytes", "string_number", "huge_number",
+             "null_value", "bool_value", "array", "bad_rule", "rule_not_object", "fault_not_object")
+
+
+class _HalfEngine:
+    """A factory result that lacks most of the engine surface."""
+
+    def __init__(self, spec: Any, **kw: Any) -> None:
+        self.spec = spec
+
+
+class _GoldEngine:
+    """A factory result with every method but an evidence class the contract does not know."""
+
+    evidence_class = "gold"
+
+    def __init__(self, spec: Any, **kw: Any) -> None:
+        from fakeshard import FakeShardEngine
+
+        self._inner = FakeShardEngine(spec)
+        self.spec = spec
+        self.capacity_tokens = None
+        self.used_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def prefill(self, bundle: Any) -> Any:
+        return self._inner.prefill(bundle)
+
+    def decode(self, bundle: Any) -> Any:
+        return self._inner.decode(bundle)
+
+    def cancel(self, session_id: str, epoch: int) -> None:
+        self._inner.cancel(session_id, epoch)
+
+    def release(self, session_id: str, epoch: int) -> None:
+        self._inner.release(session_id, epoch)
+
+    def restart(self) -> None:
+        self._inner.restart()
+
+    def session(self, session_id: str) -> Any:
+        return self._inner.session(session_id)
+
+
+def half_engine(spec: Any, **kw: Any) -> Any:
+    return _HalfEngine(spec, **kw)
+
+
+def gold_engine(spec: Any, **kw: Any) -> Any:
+    return _GoldEngine(spec, **kw)
+
+
+def _first_number_key(doc: dict[str, Any]) -> Optional[str]:
+    for key in sorted(doc):
+        if _is_number(doc[key]):
+            return key
+    return None
+
+
+def _build_fault(kind: str, arg: Any) -> Any:
+    return {"delay": lambda: Delay(arg), "memory_pressure": lambda: MemoryPressure(arg),
+            "malformed": lambda: Malformed(arg), "crash": Crash, "drop_response": DropResponse}[kind]()
+
+
+class SurfaceMachine(RuleBasedStateMachine):
+    """Construction, transport and inspection of every public value."""
+
+    machine_name = "surface"
+
+    def __init__(self, config: MachineConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.pool: list[Any] = []
+        config.runs += 1
+
+    def _count(self) -> None:
+        self.config.steps += 1
+        if self.config.on_step is not None:
+            self.config.on_step(self.config)
+
+    def _expect(self, ok: bool, build: Any, errors: tuple[type, ...] = (ValueError, TypeError)) -> Any:
+        """``build()`` must return when ``ok``, raise one of ``errors`` when not."""
+        self._count()
+        if ok:
+            return build()
+        try:
+            value = build()
+        except errors:
+            return None
+        raise AssertionError(f"accepted what the contract refuses: {value!r}")
+
+    @initialize()
+    def seed_pool(self) -> None:
+        self.pool += [TokenBundle("s", 0, 0, (1, 2)), FaultPlan((FaultRule(Delay(1.0)),), seed=3)]
+
+    @rule(model_id=st.sampled_from(["m", "", 3]), n=st.sampled_from([4, 1, 0, 4.0, True]),
+          start=st.sampled_from([0, 1, 3, -1, "0"]), end=st.sampled_from([4, 2, 1, 5, 0]),
+          hidden=st.sampled_from([8, 4, 3, 8.0]), vocab=st.sampled_from([64, 2, 1, True]))
+    def spec(self, model_id: Any, n: Any, start: Any, end: Any, hidden: Any, vocab: Any) -> None:
+        spec = self._expect(spec_ok(model_id, n, start, end, hidden, vocab),
+                            lambda: ShardSpec(model_id, n, start, end, hidden, vocab))
+        if spec is None:
+            return
+        head, tail = spec.start_layer == 0, spec.end_layer == spec.n_layers
+        assert spec.role.value == {(True, True): "full", (True, False): "head",
+                                   (False, True): "tail", (False, False): "middle"}[(head, tail)]
+        engine = self.config.factory(spec, seed=1)
+        assert engine.spec == spec and engine.session("x") is None and engine.used_tokens == 0
+        assert isinstance(repr(engine), str)
+        feeder = Feeder(self.config.factory, spec, seed=1)
+        history = [1, 0, 1]
+        bundle = feeder.bundle("s", 0, 0, history, 3)
+        out = engine.prefill(bundle)
+        self.pool += [bundle, out]
+        self._expect(False, lambda: feeder.bundle("s", 0, 2, history, 2))  # history too short
+        if spec.start_layer == 0:
+            self._expect(False, lambda: feeder.rows(history))  # a head takes tokens
+
+    @rule(kind=st.sampled_from(sorted(FAULT_ARGS)), data=st.data(),
+          op=st.sampled_from(["any", "prefill", "release", "explode", None]),
+          session_id=st.sampled_from([None, "a", 3]), nth=st.sampled_from([1, 2, 0, True, 1.0]),
+          count=st.sampled_from([1, None, 3, 0, 1.5]), p=st.sampled_from([1.0, 0.5, 0, 1.5, -0.1, True, "1"]),
+          seed=st.sampled_from([0, 7, "7", 1.5]))
+    def fault_rule(self, kind: str, data: st.DataObject, op: Any, session_id: Any, nth: Any, count: Any,
+                   p: Any, seed: Any) -> None:
+        arg = data.draw(st.sampled_from(FAULT_ARGS[kind]))
+        fault_valid = fault_ok(kind, arg)
+        fault = self._expect(fault_valid, lambda: _build_fault(kind, arg))
+        target = fault if fault_valid else "not a fault"
+        made = self._expect(rule_ok(fault_valid, op, session_id, nth, count, p),
+                            lambda: FaultRule(target, op, session_id, nth, count, p))
+        if made is None:
+            return
+        plan = self._expect(_is_int(seed), lambda: FaultPlan([made], seed))
+        if plan is not None:
+            self.pool += [made, plan]
+        self._expect(False, lambda: FaultPlan(("not a rule",)))
+
+    @rule(ranges=st.lists(st.sampled_from([(0, 1), (0, 2), (1, 2), (1, 4), (2, 4), (3, 4), (0, 4), (2, 3)]),
+                          max_size=3))
+    def pipeline(self, ranges: list[tuple[int, int]]) -> None:
+        spec = ShardSpec("surface-model", 4, 0, 4)
+        pipe = self._expect(tiles(ranges, 4), lambda: Pipeline(
+            [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]))
+        if pipe is None:
+            return
+        assert isinstance(repr(pipe), str) and pipe.used_tokens == 0
+        self._expect(False, lambda: pipe.generate("s", [1], 0))
+        tokens = pipe.generate("s", [1, 0], 2)
+        assert len(tokens) == 2 and pipe.used_tokens == 3 * len(ranges)
+        pipe.cancel("s", 0)
+        assert pipe.used_tokens == 0 and pipe.last_failed_stage is None
+        self._expect(False, lambda: Pipeline([object()]))
+        other = ShardSpec("other-model", 4, 2, 4)
+        self._expect(False, lambda: Pipeline([self.config.factory(spec.with_layers(0, 2)),
+                                              self.config.factory(other)]))
+
+    @rule(index=st.integers(0, 50), mutation=st.sampled_from(MUTATIONS))
+    def send_text(self, index: int, mutation: str) -> None:
+        value = self.pool[index % len(self.pool)]
+        text = wire.dumps(value)
+        if mutation == "none":
+            self._count()
+            assert wire.loads(text) == value and wire.loads(text.encode()) == value
+            return
+        doc = json.loads(text)
+        key = sorted(doc)[index % len(doc)]
+        number_key = _first_number_key(doc) or "kind"
+        plan_doc = json.loads(wire.dumps(FaultPlan((FaultRule(Crash()),))))
+        broken: Any = {
+            "oversize_bytes": lambda: text.encode(),
+            "string_number": lambda: json.dumps({**doc, number_key: "1"}),
+            "huge_number": lambda: json.dumps({**doc, number_key: 1}).replace(
+                f'"{number_key}": 1', f'"{number_key}": 1{"0" * 400}'),
+            "null_value": lambda: json.dumps({**doc, {"error": "message", "fault_plan": "seed",
+                                                      "fault_rule": "nth"}.get(doc["kind"], "epoch"): None}),
+            "bool_value": lambda: json.dumps({**doc, number_key: True}),
+            "array": lambda: json.dumps([doc]),
+            "bad_rule": lambda: json.dumps({**plan_doc, "rules": [{**plan_doc["rules"][0], "op": "explode"}]}),
+            "rule_not_object": lambda: json.dumps({**plan_doc, "rules": [3]}),
+            "fault_not_object": lambda: json.dumps(
+                {**plan_doc, "rules": [{**plan_doc["rules"][0], "fault": "crash"}]}),
+            "truncate": lambda: text[: len(text) // 2],
+            "drop_key": lambda: json.dumps({k: v for k, v in doc.items() if k != key}),
+            "extra_key": lambda: json.dumps({**doc, "unexpected": 1}),
+            "object_value": lambda: json.dumps({**doc, key: {}}),
+            "nan": lambda: text[:-1] + ', "x": NaN}',
+            "deep": lambda: "[" * 5000 + "]" * 5000,
+            "bad_utf8": lambda: b"\xff" + text.encode(),
+            "version": lambda: json.dumps({**doc, "contract": "2"}),
+            "kind": lambda: json.dumps({**doc, "kind": "tensor"}),
+            "not_text": lambda: 12,
+            "oversize": lambda: text,
+        }[mutation]()
+        limit = len(text) - 1 if mutation.startswith("oversize") else wire.MAX_TEXT_CHARS
+        self._expect(False, lambda: wire.loads(broken, max_chars=limit), (MalformedBundle,))
+
+    @rule(what=st.sampled_from(["none", "int", "text", "dict", "spec", "empty_row", "checksum_type",
+                                "layer_past_model", "junk_values", "lists"]))
+    def validate_directly(self, what: str) -> None:
+        spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4)
+        good = HiddenBundle.sealed("s", 0, 0, 1, [(0.5, 0.25, 0.0, -0.5)])
+        if what == "lists":
+            self._count()
+            token = TokenBundle("s", 0, 0, [1, 2])
+            hidden = HiddenBundle("s", 0, 0, 1, [[0.5, 0.25, 0.0, -0.5]], good.checksum)
+            assert token.tokens == (1, 2) and hidden == good and validate(hidden, spec) is hidden
+            return
+        if what == "junk_values":
+            self._expect(False, lambda: HiddenBundle.sealed("s", 0, 0, 1, [("x", None)]), (MalformedBundle,))
+            return
+        bad = {
+            "none": None, "int": 3, "text": "bundle", "dict": {"session_id": "s"}, "spec": spec,
+            "empty_row": HiddenBundle.sealed("s", 0, 0, 1, [()]),
+            "checksum_type": HiddenBundle("s", 0, 0, 1, good.hidden, 12),
+            "layer_past_model": HiddenBundle.sealed("s", 0, 0, 4, good.hidden),
+        }[what]
+        self._expect(False, lambda: validate(bad, spec), (MalformedBundle,))
+
+    @rule(code=st.sampled_from(sorted(ERROR_CODES)), sid=st.sampled_from([None, "s"]),
+          epoch=st.sampled_from([None, 0, 9]), bad_field=st.booleans())
+    def error(self, code: str, sid: Optional[str], epoch: Optional[int], bad_field: bool) -> None:
+        cls = ERROR_CODES[code]
+        extra = {name: 3 for name in cls._extra}
+        err = cls("message", session_id=sid, epoch=epoch, **extra)
+        self._count()
+        assert pickle.loads(pickle.dumps(err)) == err and err.code == code
+        assert (err == "message") is False and hash(err) == hash(cls("x", **extra))
+        assert cls.__name__ in repr(err) and isinstance(err, ShardError)
+        self.pool.append(err)
+        if bad_field:
+            self._expect(False, lambda: cls("m", unknown=1, **extra))
+            if cls._extra:
+                self._expect(False, lambda: cls("m"))
+
+    @rule(start=st.sampled_from([0, 2.5, -1, math.nan, "1", True]),
+          step=st.sampled_from([0, 0.25, -0.5, math.inf, None]))
+    def clock(self, start: Any, step: Any) -> None:
+        clock = self._expect(seconds_ok(start), lambda: VirtualClock(start))
+        if clock is None:
+            return
+        before = clock.now()
+        self._expect(seconds_ok(step), lambda: clock.sleep(step))
+        assert clock.now() >= before and "VirtualClock" in repr(clock)
+        real = RealClock()
+        t = real.now()
+        real.sleep(0)
+        assert real.now() >= t and repr(real) == "RealClock()"
+
+    @rule(name=st.sampled_from(["fakeshard:FakeShardEngine", "fakeshard", "no_such_module:x",
+                                "fakeshard:NoSuch", "fakeshard:ShardSpec", "fakeshard:__version__",
+                                "fakeshard:Pipeline"]),
+          capacity=st.sampled_from([None, 0, 5, -1, "5", True]),
+          clock=st.sampled_from(["none", "virtual", "object"]),
+          faults=st.sampled_from(["none", "plan", "list"]))
+    def engine_arguments(self, name: str, capacity: Any, clock: str, faults: str) -> None:
+        self._expect(name == "fakeshard:FakeShardEngine", lambda: load_factory(name), (FactoryError,))
+        self._expect(False, lambda: load_factory("stateful.surface:half_engine"), (FactoryError,))
+        self._expect(False, lambda: load_factory("stateful.surface:gold_engine"), (FactoryError,))
+        ok = (capacity is None or (_is_int(capacity) and capacity >= 0)) and clock != "object" \
+            and faults != "list"
+        spec = ShardSpec("surface-model", 2, 0, 2)
+        chosen_clock = {"none": None, "virtual": VirtualClock(), "object": object()}[clock]
+        chosen_faults = {"none": None, "plan": FaultPlan(), "list": [FaultRule(Crash())]}[faults]
+        engine = self._expect(ok, lambda: self.config.factory(
+            spec, capacity_tokens=capacity, clock=chosen_clock, faults=chosen_faults))
+        if engine is not None:
+            assert engine.capacity_tokens == capacity
+            # Inspection beyond the contract, where the engine offers it, must be consistent.
+            if hasattr(engine, "session_ids"):
+                assert engine.session_ids() == () and engine.crashed is False
+                assert engine.fault_plan == (chosen_faults or FaultPlan()) and engine.fault_log == ()
+        self._expect(False, lambda: self.config.factory({"model_id": "m"}))
+        self._expect(False, lambda: self.config.factory(spec, seed="1"))
