@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from fakeshard import (
     Crash,
@@ -30,7 +30,7 @@ from fakeshard import (
 from fakeshard.faults import MALFORMED_KINDS
 from stateful import probes
 from stateful.coordinator import Coordinator, WireLink
-from stateful.machines import MachineConfig
+from stateful.machines import RecordingMachine
 from stateful.runner import Divergence, InvalidStep
 from stateful.trace import Trace, git_commit, hypothesis_version
 
@@ -158,32 +158,15 @@ node_rules = st.builds(
 node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), st.integers(0, 2**32))
 
 
-class FailoverMachine(RuleBasedStateMachine):
+class FailoverMachine(RecordingMachine):
     """Sessions through head -> middle -> tail with spares, under per-node fault plans."""
 
     machine_name = "failover"
-
-    def __init__(self, config: MachineConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.runner: Optional[FailoverRunner] = None
-        config.runs += 1
 
     @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance)
-
-    def _run(self, step: dict[str, Any]) -> None:
-        assert self.runner is not None
-        self.config.steps += 1
-        if self.config.on_step is not None:
-            self.config.on_step(self.config)
-        try:
-            self.runner.run(step)
-        except BaseException:
-            self.config.last_failure = self.runner.trace
-            raise
 
     def _sessions(self, open_: bool) -> list[str]:
         sessions = self.runner.coordinator.sessions if self.runner is not None else {}

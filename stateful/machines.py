@@ -77,25 +77,17 @@ bad_inputs = st.sampled_from([None] * 57 + list(BAD_INPUTS))
 close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!", "cancel?", "release?"])
 
 
-class _EngineMachine(RuleBasedStateMachine):
-    """Rules shared by the single-engine machines; subclasses say how the engine starts."""
+class RecordingMachine(RuleBasedStateMachine):
+    """A machine whose steps go through a runner: counts them, reports progress, and keeps
+    the trace of a failing run in ``config.last_failure``."""
 
-    machine_name = "engine"
+    machine_name = "recording"
 
     def __init__(self, config: MachineConfig) -> None:
         super().__init__()
         self.config = config
-        self.runner: Optional[EngineRunner] = None
+        self.runner: Any = None
         config.runs += 1
-
-    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan) -> None:
-        self.runner = EngineRunner(
-            self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
-            spec=role_spec(role), seed=seed, capacity=capacity, plan=plan,
-            tolerance=self.config.tolerance,
-        )
-
-    # -- helpers --------------------------------------------------------------
 
     def _run(self, step: dict[str, Any]) -> None:
         assert self.runner is not None
@@ -107,6 +99,21 @@ class _EngineMachine(RuleBasedStateMachine):
         except BaseException:
             self.config.last_failure = self.runner.trace
             raise
+
+
+class _EngineMachine(RecordingMachine):
+    """Rules shared by the single-engine machines; subclasses say how the engine starts."""
+
+    machine_name = "engine"
+
+    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan) -> None:
+        self.runner = EngineRunner(
+            self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
+            spec=role_spec(role), seed=seed, capacity=capacity, plan=plan,
+            tolerance=self.config.tolerance,
+        )
+
+    # -- helpers --------------------------------------------------------------
 
     def _epoch(self, sid: str, move: Any) -> int:
         view = self.runner.model.view(sid)

@@ -122,25 +122,33 @@ class Model:
         self.crashed = False
         self.sessions = {}
 
-    def _enter(self, op: str, session_id: Any) -> list[Any]:
+    def _enter(self, op: str, session_id: Any, epoch: Any, valid: bool
+               ) -> tuple[list[Any], tuple[str, ...], dict[str, Any], Optional[Expected]]:
+        """Draw the faults, then the first two checks (engine up, valid input).
+
+        Returns what fired, its names, the error fields, and the outcome if a
+        check already decided it.  A malformed call's identity may not be
+        well-typed: its errors' fields are not checked.
+        """
         fired = self.faults.draw(op, session_id)
         self.clock += sum(f.seconds for f in fired if type(f).__name__ == "Delay")
         if any(type(f).__name__ == "Crash" for f in fired):
             self.crashed = True
             self.sessions = {}
-        return fired
+        names = tuple(type(f).__name__ for f in fired)
+        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
+        if self.crashed:
+            return fired, names, ids, Expected("engine_crashed", "down", ids, fired=names)
+        if not valid:
+            return fired, names, ids, Expected("malformed_bundle", "malformed", fired=names)
+        return fired, names, ids, None
 
     def compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
                 valid: bool = True) -> Expected:
         """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input."""
-        fired = self._enter(op, session_id)
-        names = tuple(type(f).__name__ for f in fired)
-        # A malformed call's identity may not be well-typed: its errors' fields are not checked.
-        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
-        if self.crashed:
-            return Expected("engine_crashed", "down", ids, fired=names)
-        if not valid:
-            return Expected("malformed_bundle", "malformed", fired=names)
+        fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
+        if decided is not None:
+            return decided
         s = self.sessions.get(session_id)
         held = s is not None and s.epoch == epoch
         if s is not None and epoch < s.epoch:
@@ -178,13 +186,9 @@ class Model:
 
     def close(self, op: str, session_id: str, epoch: int, valid: bool = True) -> Expected:
         """cancel/release."""
-        fired = self._enter(op, session_id)
-        names = tuple(type(f).__name__ for f in fired)
-        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
-        if self.crashed:
-            return Expected("engine_crashed", "down", ids, fired=names)
-        if not valid:
-            return Expected("malformed_bundle", "malformed", fired=names)
+        _fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
+        if decided is not None:
+            return decided
         status = "cancelled" if op == "cancel" else "released"
         s = self.sessions.get(session_id)
         if s is not None and epoch < s.epoch:
