@@ -79,12 +79,19 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
     o = result.options
     fixture = result.evidence_class == "fixture"
     commit = _git(root, "rev-parse", "HEAD") or "unknown"
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+    # The evidence folder itself is being rewritten: it does not make the run's code dirty.
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
     if base is None:
         roots = _git(root, "rev-list", "--max-parents=0", "HEAD").splitlines()
         base = roots[-1] if roots else None
     changed = _git(root, "diff", "--name-status", f"{base}..HEAD") if base else ""
     suite_cmd, suite_rc, suite_line = suite
+    here = f"{root}/"
+
+    def shown(cmd: list[str]) -> str:
+        """A command as run from the repository root, with its paths relative to it."""
+        return " ".join(shlex.quote(part.replace(here, "")) for part in cmd)
+
     cov = result.coverage
     kind = ("**fixture evidence** (engine `evidence_class == \"fixture\"`): it shows what the "
             "contract's behaviour is and that the fixture keeps it, not that any real model "
@@ -115,8 +122,8 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "ran, from the repository root:",
         "",
         "```sh",
-        " ".join(shlex.quote(part) for part in result.command),
-        " ".join(shlex.quote(part) for part in suite_cmd),
+        shown(result.command),
+        shown(suite_cmd),
         "```",
         "",
         _table(("run", "result"), [
