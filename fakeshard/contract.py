@@ -53,7 +53,8 @@ class Role(enum.Enum):
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int, not a bool (``type(...) is int`` is also the fastest test)."""
+    return type(value) is int
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ def _fail(bundle: object, message: str) -> MalformedBundle:
 
 
 def _check_index(bundle: object, name: str, value: object, low: int) -> None:
-    if not _is_int(value):
+    if type(value) is not int:
         raise _fail(bundle, f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < low:  # type: ignore[operator]
         raise _fail(bundle, f"{name} must be >= {low}, got {value}")
@@ -288,8 +289,11 @@ def validate(bundle: object, spec: ShardSpec | None = None) -> object:
         tokens = bundle.tokens
         if not isinstance(tokens, tuple) or not tokens:
             raise _fail(bundle, "tokens must be a non-empty sequence of ints")
+        vocab = spec.vocab_size if spec is not None else None
         for i, token in enumerate(tokens):
-            _check_token(bundle, f"tokens[{i}]", token, spec)
+            # The common case in one test; the slow path says what is wrong.
+            if type(token) is not int or token < 0 or (vocab is not None and token >= vocab):
+                _check_token(bundle, f"tokens[{i}]", token, spec)
     elif isinstance(bundle, HiddenBundle):
         _check_identity(bundle)
         _check_index(bundle, "start_pos", bundle.start_pos, 0)

@@ -63,6 +63,18 @@ class _Entry:
         self.cache = cache
 
 
+class _Where:
+    """``"<op> session '<id>' epoch <n>"`` for error messages, formatted only when used."""
+
+    __slots__ = ("op", "session_id", "epoch")
+
+    def __init__(self, op: str, session_id: object, epoch: object) -> None:
+        self.op, self.session_id, self.epoch = op, session_id, epoch
+
+    def __format__(self, spec: str) -> str:
+        return f"{self.op} session {self.session_id!r} epoch {self.epoch}"
+
+
 def _ids(session_id: object, epoch: object) -> dict[str, Any]:
     """The error fields for a call's identity, where they are well-typed."""
     return {
@@ -230,7 +242,7 @@ class SessionEngine:
         drawn = self._enter(op, session_id, getattr(bundle, "epoch", None))
         inputs = self._check_input(op, bundle)
         epoch, start, n = bundle.epoch, bundle.start_pos, len(inputs)
-        where = f"{op} session {session_id!r} epoch {epoch}"
+        where = _Where(op, session_id, epoch)  # formatted only into an error message
         entry = self._sessions.get(session_id)
         freed = 0
         if entry is not None and epoch <= entry.epoch:

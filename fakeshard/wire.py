@@ -23,6 +23,7 @@ Round trip::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from typing import Any, Union
@@ -150,20 +151,26 @@ def _json_type(value: Any) -> str:
             dict: "an object"}.get(type(value), type(value).__name__)
 
 
+@functools.lru_cache(maxsize=None)
+def _schema(cls: type, skip: tuple[str, ...]) -> tuple[tuple[tuple[str, Any], ...], frozenset[str]]:
+    """A wire type's fields with their annotations, and every key its object may hold."""
+    hints = typing.get_type_hints(cls)
+    fields = tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.name not in skip)
+    return fields, frozenset(name for name, _ in fields) | frozenset(skip)
+
+
 def _object(value: Any, cls: type, path: str, skip: tuple[str, ...]) -> Any:
     if not isinstance(value, dict):
         raise _Bad(f"{path} must be an object, got {_json_type(value)}")
-    hints = typing.get_type_hints(cls)
-    fields = [f for f in dataclasses.fields(cls) if f.name not in skip]
-    names = {f.name for f in fields}
-    extra = sorted(set(value) - names - set(skip))
+    fields, allowed = _schema(cls, skip)
+    extra = sorted(set(value) - allowed)
     if extra:
         raise _Bad(f"{path} has unknown field(s) {extra}")
     kwargs = {}
-    for f in fields:
-        if f.name not in value:
-            raise _Bad(f"{path} is missing field {f.name!r}")
-        kwargs[f.name] = _check(value[f.name], hints[f.name], f"{path}.{f.name}")
+    for name, annotation in fields:
+        if name not in value:
+            raise _Bad(f"{path} is missing field {name!r}")
+        kwargs[name] = _check(value[name], annotation, f"{path}.{name}")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
