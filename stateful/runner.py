@@ -99,32 +99,22 @@ def outputs_match(expected: Any, actual: Any, tolerance: float) -> bool:
 
 def broken_as(actual: Any, clean: Any, kind: str, spec: ShardSpec, n: int) -> bool:
     """Whether ``actual`` breaks the contract in the way ``Malformed(kind)`` names."""
-    if isinstance(actual, HiddenBundle):
-        rows = actual.hidden
-        if kind == "checksum":
-            return actual.checksum != _resealed(actual)
-        if kind == "shape":
-            return len(rows) != n or any(len(r) != spec.hidden_size for r in rows)
-        if kind == "layer":
-            return actual.layer != clean.layer
-        if kind == "nan":
-            return any(not math.isfinite(v) for r in rows for v in r)
-        if kind == "session":
-            return actual.session_id != clean.session_id
-        if kind == "epoch":
-            return actual.epoch != clean.epoch
-        if kind == "position":
-            return actual.start_pos != clean.start_pos
+    if kind == "session":
+        return actual.session_id != clean.session_id
+    if kind == "epoch":
+        return actual.epoch != clean.epoch
     if isinstance(actual, SampleBundle):
         if kind == "token_range":
             return not 0 <= actual.token < spec.vocab_size
-        if kind == "session":
-            return actual.session_id != clean.session_id
-        if kind == "epoch":
-            return actual.epoch != clean.epoch
-        if kind == "position":
-            return actual.pos != clean.pos
-    return False
+        return kind == "position" and actual.pos != clean.pos
+    rows = actual.hidden
+    return {
+        "checksum": lambda: actual.checksum != _resealed(actual),
+        "shape": lambda: len(rows) != n or any(len(r) != spec.hidden_size for r in rows),
+        "layer": lambda: actual.layer != clean.layer,
+        "nan": lambda: any(not math.isfinite(v) for r in rows for v in r),
+        "position": lambda: actual.start_pos != clean.start_pos,
+    }.get(kind, lambda: False)()
 
 
 def _resealed(bundle: HiddenBundle) -> str:
