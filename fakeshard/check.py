@@ -21,8 +21,19 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from fakeshard.factory import FactoryError, evidence_class_of, load_factory
+from fakeshard.text import text_table
 
-__all__ = ["CheckError", "CheckOptions", "CheckResult", "MACHINES", "PROFILES", "run_check", "source_root"]
+__all__ = [
+    "CheckError",
+    "CheckOptions",
+    "CheckResult",
+    "MACHINES",
+    "PROFILES",
+    "required_probes",
+    "run_check",
+    "source_root",
+    "summary_table",
+]
 
 MACHINES = ("sessions", "faults", "failover", "surface")
 PROFILES = ("dev", "ci", "thorough")
@@ -247,28 +258,21 @@ def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
 def summary_table(result: CheckResult) -> str:
     """The campaign's results as a plain-text table."""
     header = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
-    required_total = _required_count()
+    required = required_probes()
     rows = []
     for m in result.machines:
         probes = Counter(m["probes"])
         faults = sorted(k.split(":", 1)[1] for k in probes if k.startswith("fault:"))
         codes = sorted(k.split(":", 1)[1] for k in probes if k.startswith("code:") and k != "code:ok")
-        reached = len([k for k in probes if k in _required()])
+        reached = len([k for k in probes if k in required])
         outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
-        rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{required_total}",
+        rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{len(required)}",
                      ", ".join(faults) or "-", ", ".join(codes) or "-", outcome))
-    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return text_table(header, rows)
 
 
-def _required() -> frozenset[str]:
+def required_probes() -> frozenset[str]:
+    """The probes a full ci campaign must reach (``stateful.probes.REQUIRED``)."""
     from stateful.probes import REQUIRED
 
     return REQUIRED
-
-
-def _required_count() -> int:
-    return len(_required())

@@ -74,14 +74,15 @@ def _check_options(args: argparse.Namespace) -> "object":
 
 
 def _check(args: argparse.Namespace) -> int:
-    from fakeshard.check import run_check, summary_table
+    from fakeshard.check import required_probes, run_check, summary_table
 
     result = run_check(_check_options(args))  # type: ignore[arg-type]
     out = sys.stdout
     out.write(summary_table(result) + "\n\n")
     out.write(f"engine: {result.options.engine} (evidence class: {result.evidence_class}"
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
-    out.write(f"probes reached: {len(set(result.probes) & _required())}/{len(_required())}"
+    required = required_probes()
+    out.write(f"probes reached: {len(set(result.probes) & required)}/{len(required)}"
               + (f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else "") + "\n")
     if result.coverage:
         c = result.coverage
@@ -99,12 +100,6 @@ def _check(args: argparse.Namespace) -> int:
                   f"--min-branch-coverage {result.options.min_branch_coverage}\n")
         status = 1
     return status
-
-
-def _required() -> frozenset[str]:
-    from stateful.probes import REQUIRED
-
-    return REQUIRED
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -151,12 +146,10 @@ def _replay_table(path: Path, trace: "object", result: "object") -> str:
         mark = ">>" if i == first else ""
         rows.append((mark, str(i), step["op"], json.dumps(args, separators=(",", ":")),
                      _short(expected), _short(actual)))
-    header = ("", "step", "op", "arguments", "expected", "actual")
-    widths = [max([len(header[c])] + [len(r[c]) for r in rows]) for c in range(len(header))]
+    from fakeshard.text import text_table
+
     lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",  # type: ignore[attr-defined]
-             "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+             text_table(("", "step", "op", "arguments", "expected", "actual"), rows)]
     if result.failed:  # type: ignore[attr-defined]
         lines.append(f"FAILS at step {first}: {result.message}")  # type: ignore[attr-defined]
     else:

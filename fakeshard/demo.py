@@ -18,6 +18,7 @@ from fakeshard.engine import FakeShardEngine
 from fakeshard.errors import EngineCrashed, ShardError
 from fakeshard.faults import Crash, Delay, DropResponse, FaultPlan, FaultRule
 from fakeshard.pipeline import Pipeline
+from fakeshard.text import text_table
 
 __all__ = ["run_demo"]
 
@@ -122,7 +123,7 @@ def run_demo(out: TextIO, *, seed: int = 0) -> int:
             call(i, "release", (sid, s.epoch))
 
     header = ("step", "t (s)", "op", "stage", "session", "epoch", "positions", "outcome")
-    _table(out, header, [(str(n),) + row for n, row in enumerate(rows, 1)])
+    out.write(text_table(header, [(str(n),) + row for n, row in enumerate(rows, 1)]) + "\n")
     expected = _fault_free(seed)
     ok = True
     out.write("\n")
@@ -143,12 +144,3 @@ def _range(stage: FakeShardEngine) -> str:
 def _positions(bundle: Any) -> str:
     n = len(bundle.tokens) if isinstance(bundle, TokenBundle) else len(bundle.hidden)
     return str(bundle.start_pos) if n == 1 else f"{bundle.start_pos}..{bundle.start_pos + n - 1}"
-
-
-def _table(out: TextIO, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(header[c]), *(len(r[c]) for r in rows)) for c in range(len(header))]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    out.write(line.rstrip() + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for row in rows:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")

@@ -9,24 +9,20 @@ stateful` is saved the same way, automatically; see the README.)
 
 from __future__ import annotations
 
-from hypothesis import Phase, settings
-
 from stateful import profiles  # noqa: F401  (registers the ci profile)
-from stateful.failover import FailoverMachine
-from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
+from stateful.machines import MachineConfig
 from stateful.regress import run_machine
 from stateful.trace import REGRESSIONS
 from tests.planted import BUGS
-
-MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
+from tests.test_planted import CI_NO_SHRINK, MACHINES
 
 
 def main() -> None:
-    chosen = settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    """Catch each planted bug the way tests/test_planted.py does, saving its trace."""
     for bug in BUGS:
         config = MachineConfig(bug.factory, f"tests.planted:{bug.name}")
         try:
-            run_machine(MACHINES[bug.machine], config, settings=chosen, save_dir=REGRESSIONS,
+            run_machine(MACHINES[bug.machine], config, settings=CI_NO_SHRINK, save_dir=REGRESSIONS,
                         note=f"caught planted bug {bug.name} ({bug.rule})")
         except AssertionError:
             print(f"{bug.name}: saved {len(config.failures[-1].steps)} steps")
