@@ -28,6 +28,7 @@ from fakeshard import (
     wire,
 )
 from fakeshard.faults import MALFORMED_KINDS
+from fakeshard.judge import Judge
 from stateful import probes
 from stateful.coordinator import Coordinator, WireLink
 from stateful.machines import RecordingMachine
@@ -49,6 +50,7 @@ class FailoverRunner:
         if len(plans) != N_NODES:
             raise ValueError(f"failover needs {N_NODES} fault plans, got {len(plans)}")
         self.factory, self.seed = factory, seed
+        self.judge = Judge(factory, tolerance)
         self.clock = VirtualClock()
         # Node k serves range k % 3; the first three form the route, the rest are spares.
         nodes = [factory(SPEC.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
@@ -75,12 +77,16 @@ class FailoverRunner:
 
     def reference(self, sid: str, n: int) -> list[int]:
         """The first ``n`` tokens a fault-free FULL engine generates for the session's prompt."""
-        prompt = tuple(self.coordinator.sessions[sid].prompt)
-        have = self._reference.get(prompt, [])
+        return self.continuation(list(self.coordinator.sessions[sid].prompt), n)
+
+    def continuation(self, history: list[int], n: int) -> list[int]:
+        """The next ``n`` greedy tokens after ``history`` on a fresh fault-free FULL engine (cached)."""
+        key = tuple(history)
+        have = self._reference.get(key, [])
         if len(have) < n:
             full = Pipeline([self.factory(SPEC, seed=self.seed)])
-            have = full.generate("reference", prompt, n)
-            self._reference[prompt] = have
+            have = full.generate("reference", history, n)
+            self._reference[key] = have
         return have[:n]
 
     def run(self, step: dict[str, Any]) -> None:
@@ -128,9 +134,9 @@ class FailoverRunner:
 
     def invariant_problem(self) -> Optional[str]:
         for sid, s in sorted(self.coordinator.sessions.items()):
-            expected = self.reference(sid, len(s.generated))
-            if s.generated != expected:
-                return f"session {sid!r} streamed {s.generated}, fault-free stream is {expected}"
+            problem = self.judge.stream_problem(SPEC, self.seed, s.prompt, s.generated, self.continuation)
+            if problem is not None:
+                return f"session {sid!r} streamed {s.generated}, not the fault-free stream: {problem}"
         return None
 
     def finish(self) -> None:
