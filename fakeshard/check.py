@@ -41,6 +41,13 @@ _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: Modules the machines exercise; the command-line and demo are not under their purview.
 COVERAGE_OMIT = ("*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
                  "*/fakeshard/check.py", "*/fakeshard/evidence.py")
+#: The computation backend the engine under test does not run, by evidence class.
+BACKEND_OMIT = {"fixture": ("*/fakeshard/real/*",), "real-model": ("*/fakeshard/backend.py",)}
+
+
+def coverage_omit(evidence_class: str) -> tuple[str, ...]:
+    """What a campaign's branch coverage leaves out: the command line, and the other backend."""
+    return COVERAGE_OMIT + BACKEND_OMIT.get(evidence_class, ())
 
 
 class CheckError(Exception):
@@ -121,9 +128,9 @@ def _validate(options: CheckOptions) -> str:
     return evidence_class
 
 
-def _coverage_rc(out: Path, root: Path) -> Path:
+def _coverage_rc(out: Path, root: Path, evidence_class: str) -> Path:
     rc = out / "coveragerc"
-    omit = "\n    ".join(COVERAGE_OMIT)
+    omit = "\n    ".join(coverage_omit(evidence_class))
     rc.write_text(
         "[run]\nbranch = True\nparallel = True\npatch = subprocess\n"
         f"source = {root / 'fakeshard'}\ndata_file = {out / '.coverage'}\n"
@@ -179,7 +186,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     out.mkdir(parents=True, exist_ok=True)
     for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")):
         stale.unlink()
-    rc = _coverage_rc(out, root)
+    rc = _coverage_rc(out, root, evidence_class)
     cmd = _pytest_command(options, rc)
     env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign")}
     for var, value in (("FAKESHARD_MAX_EXAMPLES", options.examples), ("FAKESHARD_STEPS", options.steps),
