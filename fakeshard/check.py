@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -188,7 +189,11 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
         stale.unlink()
     rc = _coverage_rc(out, root, evidence_class)
     cmd = _pytest_command(options, rc)
-    env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign")}
+    # A fresh cache of real-model files: each campaign writes the tiny models it uses, so
+    # its coverage does not depend on what an earlier run left behind.
+    shutil.rmtree(out / "models", ignore_errors=True)
+    env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign"),
+           "FAKESHARD_MODEL_CACHE": str(out / "models")}
     for var, value in (("FAKESHARD_MAX_EXAMPLES", options.examples), ("FAKESHARD_STEPS", options.steps),
                        ("FAKESHARD_SEED", options.seed)):
         if value is None:
