@@ -55,8 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--engine", default=None, help="engine factory module:callable")
     evidence = sub.add_parser("evidence", help="run a campaign and write the evidence folder")
     _add_campaign_options(evidence)
-    evidence.add_argument("--dest", type=Path, default=Path("evidence/DGR-032"),
-                          help="evidence folder (default evidence/DGR-032)")
+    evidence.add_argument("--dest", type=Path, default=None,
+                          help="evidence folder (default evidence/DGR-032/<evidence class>)")
     evidence.add_argument("--base", default=None,
                           help="git revision the changed-files list starts from (default: the first commit)")
     return parser

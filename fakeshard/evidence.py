@@ -3,7 +3,10 @@
 Writes ``<dest>/README.md`` from the run just made (commands, results,
 environment, changed files, coverage, probes, limitations, dependency
 handoff) with ``coverage.json`` and ``coverage.xml`` beside it.  Everything in
-the text comes from the run; regenerating it changes only the times.
+the text comes from the run; regenerating it changes only the times.  The
+default ``dest`` is one folder per evidence class
+(``evidence/DGR-032/fixture``, ``evidence/DGR-032/real-model``), so the two
+kinds never share a page.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from typing import Optional
 
 from fakeshard.check import CheckOptions, CheckResult, run_check, source_root
 
-__all__ = ["write_evidence"]
+__all__ = ["EVIDENCE_ROOT", "write_evidence"]
 
 _PACKAGES = ("fakeshard", "hypothesis", "pytest", "pytest-xdist", "coverage", "dataclasses-json")
+_REAL_PACKAGES = ("numpy", "gguf")
+#: Where ``fakeshard evidence`` writes by default: a folder per evidence class.
+EVIDENCE_ROOT = Path("evidence/DGR-032")
 
 
 def _git(root: Path, *args: str) -> str:
@@ -53,12 +59,13 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def write_evidence(options: CheckOptions, *, dest: Path, base: Optional[str] = None,
+def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: Optional[str] = None,
                    argv: Optional[list[str]] = None) -> int:
     """Run everything, write the evidence folder; 0 if all passed and gates held."""
     root = source_root()
     result = run_check(options)
     suite_cmd, suite_rc, suite_line = _contract_suite(root, options.engine)
+    dest = dest if dest is not None else EVIDENCE_ROOT / result.evidence_class
     dest = dest if dest.is_absolute() else root / dest
     dest.mkdir(parents=True, exist_ok=True)
     if result.coverage:
@@ -100,7 +107,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
             "**real-model evidence** (engine `evidence_class == \"real-model\"`): the contract "
             "suite and the machines ran against an engine that runs real model weights.")
     out = [
-        "# Evidence: DGR-032 state-machine campaign",
+        f"# Evidence: DGR-032 state-machine campaign, {result.evidence_class}",
         "",
         "Written by `fakeshard evidence` from the run it just made; regenerating it changes "
         "only the times.",
@@ -156,7 +163,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
             ("python", platform.python_version()),
             ("platform", platform.platform()),
             ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
-        ] + [(name, _version(name)) for name in _PACKAGES]),
+        ] + [(name, _version(name)) for name in _PACKAGES + (() if fixture else _REAL_PACKAGES)]),
         "",
         f"## Changed files since `{(base or 'unknown')[:12]}`",
         "",
@@ -169,7 +176,9 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "Branch coverage from the state machines alone (`stateful/test_machines.py`), "
         "combined across processes; `coverage.json` and `coverage.xml` are beside this file. "
         "Not counted: the command line (`cli.py`, `check.py`, `evidence.py`, `demo.py`, "
-        "`__main__.py`), which the machines do not drive.",
+        "`__main__.py`), which the machines do not drive, and the computation backend this "
+        "engine does not run (" + ("`fakeshard/real/`" if fixture else "`backend.py`, the fixture's")
+        + ").",
         "",
         _table(("file", "statements", "missing", "branches", "partial", "branch %", "combined %"), [
             (name, str(f["statements"]), str(f["missing"]), str(f["branches"]), str(f["partial"]),
@@ -190,13 +199,9 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "",
         "## Limitations",
         "",
-        "* A fixture cannot prove that any real engine keeps the contract: these results say the "
-        "contract is consistent, executable and kept by `FakeShardEngine`, and that the machines "
-        "catch the fourteen planted bugs in `tests/planted.py`.",
+        *(_FIXTURE_LIMITS if fixture else _REAL_LIMITS),
         "* Coverage says which lines and branches ran, not that every behaviour on them was "
         "checked; the checks are the model comparisons and invariants.",
-        "* The fixture computes with integer hashes, not floats: numerical drift, kernel "
-        "nondeterminism and real memory use are out of its reach.",
         "* Time is virtual: no timeout, no real concurrency, no network partition is exercised; "
         "calls are sequential.",
         "* The machines draw bounded worlds (3 sessions, small epochs and capacities, at most "
@@ -208,16 +213,55 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "",
         "Taken from the contract dependency (`CONTRACT.md` v1): the names, the bundles and their "
         "wire form, the session table and its order of checks, the error codes and fields, the "
-        "fault plan's semantics, the determinism rules, the evidence classes.",
+        "fault plan's semantics, the determinism rules, the evidence classes"
+        + ("." if fixture else ", the real-model engine's names."),
         "",
         "What a coordinator-integration story can now rely on:",
         "",
-        "* `fakeshard.FakeShardEngine` and `Pipeline` keep every row above (`tests/`, the machines).",
-        "* `stateful/` machines can be pointed at another engine with `--engine module:callable` "
-        "(or `FAKESHARD_ENGINE`); results are labelled with that engine's evidence class.",
-        "* `stateful/coordinator.py` is a reference re-route-and-replay policy that never loses "
-        "or duplicates a token under the drawn faults (the failover machine's invariant).",
-        "* Saved counterexamples in `stateful/regressions/` replay with `fakeshard replay`.",
+        *(_FIXTURE_HANDOFF if fixture else _REAL_HANDOFF),
         "",
     ]
     return "\n".join(out)
+
+
+_FIXTURE_LIMITS = [
+    "* A fixture cannot prove that any real engine keeps the contract: these results say the "
+    "contract is consistent, executable and kept by `FakeShardEngine`, and that the machines "
+    "catch the fourteen planted bugs in `tests/planted.py`.",
+    "* The fixture computes with integer hashes, not floats: numerical drift, kernel "
+    "nondeterminism and real memory use are out of its reach.",
+]
+_REAL_LIMITS = [
+    "* The engine is `fakeshard.real.GGUFShardEngine`, the project's own numpy llama engine, "
+    "over tiny random-weight models the project writes itself (`tiny_engine`: F32 weights, the "
+    "machines' shapes: up to 6 layers, hidden size 4 or 8, vocabularies of 2 to 256). It "
+    "certifies that an engine running real weights, a real K/V cache and float arithmetic "
+    "keeps the contract under these machines; it does not certify another runtime (point "
+    "`--engine` at that runtime's own factory for that) or a production-size model.",
+    "* Chunking, splitting and replay are compared within the factory's stated tolerance "
+    "(1e-3 on hidden values and logits); a greedy token may differ from the reference only "
+    "where the reference's top-2 margin is within that tolerance (`fakeshard/judge.py`; its "
+    "branch row above shows whether any such near tie occurred in this run).",
+    "* F16, Q8_0 and Q4_0 weights are checked by `tests/test_real.py` and by the opt-in "
+    "comparison with llama.cpp (`tests/test_llama_cpp.py`), which this run does not include.",
+    "* Outputs are deterministic on one machine (same numpy, same BLAS); across machines they "
+    "agree within floating-point tolerance, not bit for bit.",
+]
+_FIXTURE_HANDOFF = [
+    "* `fakeshard.FakeShardEngine` and `Pipeline` keep every row above (`tests/`, the machines).",
+    "* `stateful/` machines can be pointed at another engine with `--engine module:callable` "
+    "(or `FAKESHARD_ENGINE`); results are labelled with that engine's evidence class.",
+    "* `stateful/coordinator.py` is a reference re-route-and-replay policy that never loses "
+    "or duplicates a token under the drawn faults (the failover machine's invariant).",
+    "* Saved counterexamples in `stateful/regressions/` replay with `fakeshard replay`.",
+]
+_REAL_HANDOFF = [
+    "* The same contract suite and machines that define the fixture's behaviour pass on an "
+    "engine running real llama weights: the session rules are one implementation "
+    "(`SessionEngine`) under both, and only the computation backend differs.",
+    "* `fakeshard.real:tiny_engine` (with `tolerance` and `logits`) is the pattern for a "
+    "runtime's own factory: state a tolerance, offer reference logits, and the suite judges "
+    "real arithmetic by the top-2 margin rule.",
+    "* `stateful/coordinator.py`'s re-route-and-replay policy keeps every token stream a "
+    "greedy continuation under real arithmetic too (the failover machine's invariant).",
+]
