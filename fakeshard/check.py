@@ -42,13 +42,15 @@ _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: Modules the machines exercise; the command-line and demo are not under their purview.
 COVERAGE_OMIT = ("*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
                  "*/fakeshard/check.py", "*/fakeshard/evidence.py")
-#: The computation backend the engine under test does not run, by evidence class.
-BACKEND_OMIT = {"fixture": ("*/fakeshard/real/*",), "real-model": ("*/fakeshard/backend.py",)}
+#: What an engine of each evidence class cannot run: the other computation backend, and
+#: for the fixture (compared exactly) the judge's tolerance rules for real arithmetic.
+CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/judge.py"),
+              "real-model": ("*/fakeshard/backend.py",)}
 
 
 def coverage_omit(evidence_class: str) -> tuple[str, ...]:
-    """What a campaign's branch coverage leaves out: the command line, and the other backend."""
-    return COVERAGE_OMIT + BACKEND_OMIT.get(evidence_class, ())
+    """What a campaign's branch coverage leaves out: the command line, and what its class cannot run."""
+    return COVERAGE_OMIT + CLASS_OMIT.get(evidence_class, ())
 
 
 class CheckError(Exception):

@@ -209,7 +209,7 @@ def hidden_checksum(
     digest = hashlib.blake2b(header.encode("utf-8", "surrogatepass"), digest_size=8)
     # Every value as a little-endian float64, row after row, packed in one go.
     values = array.array("d", itertools.chain.from_iterable(hidden))
-    if _BIG_ENDIAN:
+    if _BIG_ENDIAN:  # pragma: no cover - big-endian hosts only
         values.byteswap()
     digest.update(values.tobytes())
     return digest.hexdigest()

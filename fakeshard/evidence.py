@@ -176,9 +176,10 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "Branch coverage from the state machines alone (`stateful/test_machines.py`), "
         "combined across processes; `coverage.json` and `coverage.xml` are beside this file. "
         "Not counted: the command line (`cli.py`, `check.py`, `evidence.py`, `demo.py`, "
-        "`__main__.py`), which the machines do not drive, and the computation backend this "
-        "engine does not run (" + ("`fakeshard/real/`" if fixture else "`backend.py`, the fixture's")
-        + ").",
+        "`__main__.py`), which the machines do not drive, and what this engine cannot run: "
+        + ("the real-model backend (`fakeshard/real/`) and the judge's tolerance rules for real "
+           "arithmetic (`judge.py`; the fixture is compared exactly)." if fixture else
+           "the fixture's hash backend (`backend.py`)."),
         "",
         _table(("file", "statements", "missing", "branches", "partial", "branch %", "combined %"), [
             (name, str(f["statements"]), str(f["missing"]), str(f["branches"]), str(f["partial"]),
