@@ -401,3 +401,21 @@ def test_a_real_engine_bug_is_caught_under_the_tolerance(tmp_path):
         run_machine(SessionsMachine, config, settings=quick, save_dir=tmp_path)
     trace = config.failures[-1]
     assert "output" in trace.failure and len(trace.steps) <= 6
+
+
+def test_open_models_are_shared_and_bounded(tmp_path, monkeypatch):
+    from fakeshard.real import model as model_module
+
+    monkeypatch.setattr(model_module, "OPEN_MODELS_MAX", 2)
+    paths = [write_tiny_gguf(tmp_path / f"m{i}.gguf", n_layers=1, hidden_size=8, vocab_size=16, seed=i)
+             for i in range(3)]
+    first = open_model(paths[0])
+    assert open_model(paths[0]) is first
+    open_model(paths[1])
+    open_model(paths[0])  # now the most recent
+    open_model(paths[2])  # drops paths[1], the least recent
+    assert open_model(paths[0]) is first
+    assert len([k for k in model_module._OPEN if k[0].startswith(str(tmp_path))]) == 2
+    # A rewritten file is a new model.
+    write_tiny_gguf(paths[0], n_layers=1, hidden_size=8, vocab_size=16, seed=7)
+    assert open_model(paths[0]) is not first

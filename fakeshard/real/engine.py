@@ -122,7 +122,7 @@ class LlamaBackend:
     def hidden_in(self, inputs: Sequence[Any]) -> np.ndarray:
         """The residual stream entering the first layer: embeddings or the given rows."""
         if self._takes_tokens:
-            return self._embed[np.asarray(inputs, dtype=np.intp)].copy()
+            return self._embed[np.asarray(inputs, dtype=np.intp)]  # indexing copies
         rows = np.asarray(inputs, dtype=np.float64)
         return np.clip(rows, -_F32_MAX, _F32_MAX).astype(np.float32)
 

@@ -304,15 +304,25 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-_OPEN: dict[tuple[str, int, int], GGUFModel] = {}
+_OPEN: dict[tuple[str, int, int, int], GGUFModel] = {}
+#: How many files stay open (the least recently opened is dropped first).
+OPEN_MODELS_MAX = 32
 
 
 def open_model(path: Union[str, os.PathLike[str]]) -> GGUFModel:
-    """The :class:`GGUFModel` for ``path``, shared within the process while the file is unchanged."""
+    """The :class:`GGUFModel` for ``path``, shared within the process while the file is unchanged.
+
+    "Unchanged" is the same inode, size and modification time; :func:`write_tiny_gguf`
+    replaces files whole, so a rewrite is always seen.
+    """
     real = os.path.realpath(path)
     st = os.stat(real)
-    key = (real, st.st_size, st.st_mtime_ns)
-    model = _OPEN.get(key)
+    # The inode too: a file replaced within one timestamp tick keeps size and mtime.
+    key = (real, st.st_ino, st.st_size, st.st_mtime_ns)
+    model = _OPEN.pop(key, None)
     if model is None:
-        model = _OPEN[key] = GGUFModel(real)
+        model = GGUFModel(real)
+        while len(_OPEN) >= OPEN_MODELS_MAX:
+            del _OPEN[next(iter(_OPEN))]
+    _OPEN[key] = model  # newest last
     return model
