@@ -269,13 +269,24 @@ def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
                 bundle,
                 f"hidden has shape mismatch: row {i} has {len(row)} values, expected {width}",
             )
-        # Fast path in C for the usual row of plain floats; the loop finds and names a bad value.
-        if set(map(type, row)) <= _PLAIN_NUMBERS and all(map(math.isfinite, row)):
-            continue
+        # Fast path in C for the usual row of plain numbers: a finite sum means every value is
+        # finite (an inf or NaN never sums to a finite value); otherwise the loop decides, and
+        # names the bad value.
+        if set(map(type, row)) <= _PLAIN_NUMBERS:
+            try:
+                if math.isfinite(sum(row)):
+                    continue
+            except OverflowError:  # an int too large for a float
+                pass
         for j, value in enumerate(row):
             if not isinstance(value, (float, int)) or isinstance(value, bool):
                 raise _fail(bundle, f"hidden[{i}][{j}] must be a float, got {type(value).__name__}")
-            if not math.isfinite(value):
+            try:
+                finite = math.isfinite(value)
+            except OverflowError:
+                raise _fail(bundle, f"hidden[{i}][{j}] is an int of {value.bit_length()} bits, "
+                            "too large for a float64") from None
+            if not finite:
                 raise _fail(bundle, f"hidden[{i}][{j}] = {value} is not finite")
     if not isinstance(bundle.checksum, str):
         raise _fail(bundle, f"checksum must be a str, got {type(bundle.checksum).__name__}")

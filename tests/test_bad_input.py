@@ -186,3 +186,19 @@ def test_engine_needs_a_spec():
         FakeShardEngine(ShardSpec("m", 2, 0, 2), seed="1")
     with pytest.raises(TypeError, match="clock"):
         FakeShardEngine(ShardSpec("m", 2, 0, 2), clock=object())
+
+
+@pytest.mark.parametrize("row,match", [
+    ((10**400, 0.0, 0.0, 0.0), r"hidden\[0\]\[0\] is an int of 1329 bits, too large for a float64"),
+    ((1e308, 1e308, 0.0, math.inf), r"hidden\[0\]\[3\] = inf is not finite"),
+    ((1.0, 2, math.nan, 0.0), r"hidden\[0\]\[2\] = nan is not finite"),
+])
+def test_hidden_values_are_named_when_they_are_not_finite_floats(row, match):
+    bundle = HiddenBundle("s", 0, 0, 1, (row,), "0" * 16)
+    with pytest.raises(MalformedBundle, match=match):
+        validate(bundle)
+
+
+def test_finite_values_whose_sum_overflows_are_valid():
+    bundle = HiddenBundle.sealed("s", 0, 0, 1, [(1e308, 1e308, -1e308, 5)])
+    assert validate(bundle, ShardSpec("m", 2, 1, 2, hidden_size=4)) is bundle
