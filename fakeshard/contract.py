@@ -297,6 +297,10 @@ def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
         raise _fail(bundle, f"checksum {bundle.checksum!r} does not match the contents")
 
 
+#: The last HiddenBundle found valid, and the model shape it was checked against.
+_last_valid_hidden: tuple[HiddenBundle, tuple[int, int] | None] | None = None
+
+
 def validate(bundle: object, spec: ShardSpec | None = None) -> object:
     """Raise :class:`MalformedBundle` if ``bundle`` breaks the contract.
 
@@ -320,6 +324,14 @@ def validate(bundle: object, spec: ShardSpec | None = None) -> object:
             if type(token) is not int or token < 0 or (vocab is not None and token >= vocab):
                 _check_token(bundle, f"tokens[{i}]", token, spec)
     elif isinstance(bundle, HiddenBundle):
+        global _last_valid_hidden
+        # A valid HiddenBundle is immutable all the way down (frozen, tuples of numbers), so
+        # the one just found valid for the same model shape need not be checked again: a
+        # pipeline checks each stage's output and the next stage validates it as input.
+        shape = None if spec is None else (spec.n_layers, spec.hidden_size)
+        last = _last_valid_hidden
+        if last is not None and last[0] is bundle and last[1] == shape:
+            return bundle
         _check_identity(bundle)
         _check_index(bundle, "start_pos", bundle.start_pos, 0)
         _check_index(bundle, "layer", bundle.layer, 1)
@@ -329,6 +341,8 @@ def validate(bundle: object, spec: ShardSpec | None = None) -> object:
                 f"layer {bundle.layer} is not a boundary inside a model of {spec.n_layers} layers",
             )
         _check_hidden(bundle, spec)
+        if type(bundle) is HiddenBundle:
+            _last_valid_hidden = (bundle, shape)
     elif isinstance(bundle, SampleBundle):
         _check_identity(bundle)
         _check_index(bundle, "pos", bundle.pos, 1)

@@ -188,6 +188,27 @@ def test_engine_needs_a_spec():
         FakeShardEngine(ShardSpec("m", 2, 0, 2), clock=object())
 
 
+def test_a_valid_hidden_bundle_is_checked_once_per_shape_and_broken_ones_always():
+    spec = ShardSpec("m", 4, 1, 3, hidden_size=4)
+    good = HiddenBundle.sealed("s", 0, 0, 1, [(0.5, -0.5, 1.0, 2.0)])
+    assert validate(good, spec) is good and validate(good, spec) is good
+    # The same bundle against another model shape is checked again, and refused.
+    with pytest.raises(MalformedBundle, match="shape mismatch"):
+        validate(good, ShardSpec("m", 4, 1, 3, hidden_size=8))
+    with pytest.raises(MalformedBundle, match="layer 1 is not a boundary"):
+        validate(good, ShardSpec("m", 1, 0, 1, hidden_size=4))
+    # A copy with a broken field is another object: checked, refused, even right after.
+    validate(good, spec)
+    with pytest.raises(MalformedBundle, match="checksum"):
+        validate(_replace(good, hidden=((0.5, -0.5, 1.0, 3.0),)), spec)
+    # Float subclasses (numpy's float64, say) miss the fast path and pass the full check.
+    class Odd(float):
+        pass
+
+    odd = HiddenBundle.sealed("s", 0, 0, 1, [(Odd(0.5), -0.5, 1.0, 2.0)])
+    assert validate(odd, spec) is odd
+
+
 @pytest.mark.parametrize("row,match", [
     ((10**400, 0.0, 0.0, 0.0), r"hidden\[0\]\[0\] is an int of 1329 bits, too large for a float64"),
     ((1e308, 1e308, 0.0, math.inf), r"hidden\[0\]\[3\] = inf is not finite"),
