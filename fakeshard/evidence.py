@@ -234,8 +234,10 @@ _FIXTURE_LIMITS = [
 ]
 _REAL_LIMITS = [
     "* The engine is `fakeshard.real.GGUFShardEngine`, the project's own numpy llama engine, "
-    "over tiny random-weight models the project writes itself (`tiny_engine`: F32 weights, the "
-    "machines' shapes: up to 6 layers, hidden size 4 or 8, vocabularies of 2 to 256). It "
+    "over tiny random-weight models the project writes itself (`tiny_engine`: F32 weights; the "
+    "session, fault and failover machines' models have 4 and 6 layers of width 64 and 64 "
+    "tokens, the surface machine's and the contract suite's 1 to 8 layers of width 4 to 64 "
+    "and 2 to 256 tokens). It "
     "certifies that an engine running real weights, a real K/V cache and float arithmetic "
     "keeps the contract under these machines; it does not certify another runtime (point "
     "`--engine` at that runtime's own factory for that) or a production-size model.",

@@ -7,6 +7,7 @@ every session is released, no node holds memory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from typing import Any, Callable, Optional
@@ -36,6 +37,11 @@ from stateful.runner import Divergence, InvalidStep
 from stateful.trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
+
+
+def failover_spec(hidden_size: int = 4) -> ShardSpec:
+    """The failover machine's model (``SPEC``), at the given width."""
+    return dataclasses.replace(SPEC, hidden_size=hidden_size)
 RANGES = ((0, 2), (2, 4), (4, 6))
 SPARES_PER_STAGE = 1
 N_NODES = len(RANGES) * (1 + SPARES_PER_STAGE)
@@ -46,14 +52,15 @@ class FailoverRunner:
     """Nodes built from the factory with their fault plans, a coordinator, and the reference streams."""
 
     def __init__(self, factory: Callable[..., Any], *, factory_name: str, seed: int,
-                 plans: list[FaultPlan], tolerance: float = 0.0) -> None:
+                 plans: list[FaultPlan], tolerance: float = 0.0, hidden_size: int = 4) -> None:
         if len(plans) != N_NODES:
             raise ValueError(f"failover needs {N_NODES} fault plans, got {len(plans)}")
         self.factory, self.seed = factory, seed
+        self.spec = failover_spec(hidden_size)
         self.judge = Judge(factory, tolerance)
         self.clock = VirtualClock()
         # Node k serves range k % 3; the first three form the route, the rest are spares.
-        nodes = [factory(SPEC.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
+        nodes = [factory(self.spec.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
                          faults=plans[k]) for k in range(N_NODES)]
         links = [WireLink(node) for node in nodes]
         route = links[:len(RANGES)]
@@ -64,7 +71,8 @@ class FailoverRunner:
         self._reference: dict[tuple[int, ...], list[int]] = {}
         self.trace = Trace(
             machine="failover", engine_factory=factory_name, evidence_class=str(nodes[0].evidence_class),
-            config={"seed": seed, "fault_plans": [json.loads(wire.dumps(p)) for p in plans]},
+            config={"seed": seed, "hidden_size": hidden_size,
+                    "fault_plans": [json.loads(wire.dumps(p)) for p in plans]},
             hypothesis_version=hypothesis_version(), git_commit=git_commit(),
         )
 
@@ -73,7 +81,7 @@ class FailoverRunner:
                    tolerance: float = 0.0) -> "FailoverRunner":
         plans = [wire.loads(json.dumps(p)) for p in trace.config["fault_plans"]]
         return cls(factory, factory_name=factory_name, seed=trace.config["seed"], plans=plans,
-                   tolerance=tolerance)
+                   tolerance=tolerance, hidden_size=trace.config.get("hidden_size", 4))
 
     def reference(self, sid: str, n: int) -> list[int]:
         """The first ``n`` tokens a fault-free FULL engine generates for the session's prompt."""
@@ -84,7 +92,7 @@ class FailoverRunner:
         key = tuple(history)
         have = self._reference.get(key, [])
         if len(have) < n:
-            full = Pipeline([self.factory(SPEC, seed=self.seed)])
+            full = Pipeline([self.factory(self.spec, seed=self.seed)])
             have = full.generate("reference", history, n)
             self._reference[key] = have
         return have[:n]
@@ -134,7 +142,8 @@ class FailoverRunner:
 
     def invariant_problem(self) -> Optional[str]:
         for sid, s in sorted(self.coordinator.sessions.items()):
-            problem = self.judge.stream_problem(SPEC, self.seed, s.prompt, s.generated, self.continuation)
+            problem = self.judge.stream_problem(self.spec, self.seed, s.prompt, s.generated,
+                                                self.continuation)
             if problem is not None:
                 return f"session {sid!r} streamed {s.generated}, not the fault-free stream: {problem}"
         return None
@@ -172,7 +181,8 @@ class FailoverMachine(RecordingMachine):
     @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
-                                     seed=seed, plans=plans, tolerance=self.config.tolerance)
+                                     seed=seed, plans=plans, tolerance=self.config.tolerance,
+                                     hidden_size=self.config.hidden_size)
 
     def _sessions(self, open_: bool) -> list[str]:
         sessions = self.runner.coordinator.sessions if self.runner is not None else {}

@@ -42,6 +42,10 @@ class MachineConfig:
     factory: Callable[..., Any]
     factory_name: str
     tolerance: float = 0.0
+    #: Width of the machines' models.  Narrow keeps the fixture fast; a factory whose
+    #: models need more room (real attention heads) asks for a wider one with a
+    #: ``machine_hidden_size`` attribute.
+    hidden_size: int = 4
     #: The trace of the most recent failing run (Hypothesis replays the
     #: shrunk example last, so after a failure this is the shrunk one).
     last_failure: Optional[Trace] = None
@@ -53,10 +57,16 @@ class MachineConfig:
     #: Paths of the traces saved for failures.
     saved: list[str] = field(default_factory=list)
 
+    @classmethod
+    def for_factory(cls, factory: Callable[..., Any], factory_name: str, **kw: Any) -> "MachineConfig":
+        """A config with what the factory states: its ``tolerance`` and ``machine_hidden_size``."""
+        return cls(factory, factory_name, tolerance=getattr(factory, "tolerance", 0.0),
+                   hidden_size=getattr(factory, "machine_hidden_size", 4), **kw)
 
-def role_spec(role: str) -> ShardSpec:
+
+def role_spec(role: str, hidden_size: int = 4) -> ShardSpec:
     start, end = ROLE_RANGES[role]
-    return ShardSpec("machine-model", N_LAYERS, start, end, hidden_size=4, vocab_size=64)
+    return ShardSpec("machine-model", N_LAYERS, start, end, hidden_size=hidden_size, vocab_size=64)
 
 
 tokens = st.integers(0, 63)
@@ -109,7 +119,7 @@ class _EngineMachine(RecordingMachine):
     def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan) -> None:
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
-            spec=role_spec(role), seed=seed, capacity=capacity, plan=plan,
+            spec=role_spec(role, self.config.hidden_size), seed=seed, capacity=capacity, plan=plan,
             tolerance=self.config.tolerance,
         )
 

@@ -18,9 +18,8 @@ from stateful.surface import SurfaceMachine
                          ids=lambda m: m.machine_name)
 def test_machine(engine_factory, engine_factory_name, request, machine):
     reporter = reporter_for(machine.machine_name)
-    config = MachineConfig(engine_factory, engine_factory_name,
-                           tolerance=getattr(engine_factory, "tolerance", 0.0),
-                           on_step=reporter.tick if reporter else None)
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name,
+                                       on_step=reporter.tick if reporter else None)
     before = probes.reached.copy()
     failed = True
     try:

@@ -22,8 +22,7 @@ def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, re
         # Run here what did not run in this process (selected out, or on another xdist worker).
         if (engine_factory_name, machine.machine_name) not in ran:
             before = probes.reached.copy()
-            config = MachineConfig(engine_factory, engine_factory_name,
-                                   tolerance=getattr(engine_factory, "tolerance", 0.0))
+            config = MachineConfig.for_factory(engine_factory, engine_factory_name)
             run_machine(machine, config, save_dir=None)
             reached.update(probes.reached - before)
     assert probes.missing(reached) == [], f"unreached probes: {probes.missing(reached)}"

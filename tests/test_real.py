@@ -390,11 +390,12 @@ def forgetful_engine(spec, *, seed=0, capacity_tokens=None, clock=None, faults=N
 
 forgetful_engine.tolerance = tiny_engine.tolerance
 forgetful_engine.logits = tiny_engine.logits
+forgetful_engine.machine_hidden_size = tiny_engine.machine_hidden_size
 
 
 def test_a_real_engine_bug_is_caught_under_the_tolerance(tmp_path):
-    config = MachineConfig(forgetful_engine, "tests.test_real:forgetful_engine",
-                           tolerance=forgetful_engine.tolerance)
+    config = MachineConfig.for_factory(forgetful_engine, "tests.test_real:forgetful_engine")
+    assert config.hidden_size == 64 and config.tolerance == 1e-3
     quick = settings(settings.get_profile("ci"), max_examples=100,
                      phases=[Phase.explicit, Phase.reuse, Phase.generate])
     with pytest.raises(AssertionError):

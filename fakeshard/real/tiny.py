@@ -13,7 +13,11 @@ The factory also carries what the suites need to judge real arithmetic:
   floating point (chunked prefill, replay, a different split);
 * ``logits(spec, seed, tokens)``: the full model's logits after ``tokens``,
   computed in one pass, by which a differing greedy token is accepted only
-  when its logit is within ``tolerance`` of the top one.
+  when its logit is within ``tolerance`` of the top one;
+* ``machine_hidden_size``: the width the state machines should give their
+  models: 64, four query heads over two K/V heads of width 16 (eight rotary
+  frequencies), where the machines' default width of 4 would leave one K/V
+  head of width 2.
 """
 
 from __future__ import annotations
@@ -75,11 +79,12 @@ def tiny_model_path(spec: ShardSpec, seed: int = 0, quant: str = "F32") -> Path:
 class TinyFactory:
     """An engine factory over tiny models of one weight format (``quant``)."""
 
-    def __init__(self, quant: str = "F32", tolerance: float = 1e-3) -> None:
+    def __init__(self, quant: str = "F32", tolerance: float = 1e-3, machine_hidden_size: int = 64) -> None:
         if quant not in QUANTS:
             raise ValueError(f"quant must be one of {', '.join(QUANTS)}, got {quant!r}")
         self.quant = quant
         self.tolerance = tolerance
+        self.machine_hidden_size = machine_hidden_size
 
     def __call__(
         self,
