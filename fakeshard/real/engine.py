@@ -126,6 +126,7 @@ class LlamaBackend:
         rows = np.asarray(inputs, dtype=np.float64)
         return np.clip(rows, -_F32_MAX, _F32_MAX).astype(np.float32)
 
+    @np.errstate(over="ignore")  # exp(-gate) of a large negative gate is inf: silu -> 0
     def run_layers(self, cache: tuple[Optional[_Tape], int], start_pos: int, x: np.ndarray
                    ) -> tuple[tuple[_Tape, int], np.ndarray]:
         """Every layer over ``x`` (positions ``start_pos..``); the new cache and the output stream."""
@@ -168,10 +169,9 @@ class LlamaBackend:
 
     def forward(self, cache: tuple[Optional[_Tape], int], start_pos: int, inputs: Sequence[Any]
                 ) -> tuple[tuple[_Tape, int], Any]:
-        with np.errstate(over="ignore"):  # exp(-gate) of a large negative gate is inf: silu -> 0
-            new_cache, x = self.run_layers(cache, start_pos, self.hidden_in(inputs))
-            if self._samples:
-                return new_cache, int(np.argmax(self.logits(x[-1])))
+        new_cache, x = self.run_layers(cache, start_pos, self.hidden_in(inputs))
+        if self._samples:
+            return new_cache, int(np.argmax(self.logits(x[-1])))
         return new_cache, tuple(map(tuple, x.tolist()))
 
 
