@@ -37,15 +37,15 @@ from stateful.runner import Divergence, InvalidStep
 from stateful.trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
+RANGES = ((0, 2), (2, 4), (4, 6))
+SPARES_PER_STAGE = 1
+N_NODES = len(RANGES) * (1 + SPARES_PER_STAGE)
+SIDS = ("p", "q", "r")
 
 
 def failover_spec(hidden_size: int = 4) -> ShardSpec:
     """The failover machine's model (``SPEC``), at the given width."""
     return dataclasses.replace(SPEC, hidden_size=hidden_size)
-RANGES = ((0, 2), (2, 4), (4, 6))
-SPARES_PER_STAGE = 1
-N_NODES = len(RANGES) * (1 + SPARES_PER_STAGE)
-SIDS = ("p", "q", "r")
 
 
 class FailoverRunner:

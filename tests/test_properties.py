@@ -1,4 +1,9 @@
-"""The contract's determinism section, as properties over random models and inputs."""
+"""The contract's determinism section, as properties over random models and inputs.
+
+Compared by the factory's :class:`~fakeshard.judge.Judge`: exactly for the fixture; for
+an engine with a stated tolerance (real arithmetic), values within it and greedy tokens
+equal wherever the top-2 margin exceeds it.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,8 @@ from fakeshard.judge import Judge
 
 prompts = st.lists(st.integers(0, 255), min_size=1, max_size=12)
 seeds = st.integers(-(2**31), 2**31)
-# Narrow and wide models: real arithmetic rounds differently across chunkings only
-# once the matrices are wide enough for the BLAS kernels to block them.
+# Narrow and wide models (real arithmetic rounds differently across chunkings at
+# either width; the wide one also has several heads per K/V head).
 widths = st.sampled_from([8, 64])
 
 
@@ -39,8 +44,6 @@ def reference(factory, spec, seed):
     return lambda history, n: full_pipeline(factory, spec.n_layers, seed, spec.model_id,
                                             spec.hidden_size).generate("ref", history, n)
 
-# Exact for the fixture; for an engine with a stated tolerance (real arithmetic),
-# values within it and greedy tokens equal wherever the top-2 margin exceeds it.
 
 
 @settings(max_examples=60, deadline=None)

@@ -171,20 +171,10 @@ GOLDEN_WEIGHTS = "0b25de58fd129d98"
 
 def test_model_id_falls_back_to_the_content_hash(tmp_path):
     shape = LlamaShape.tiny(1, 8, 16)
-    writer = gguf.GGUFWriter(tmp_path / "anon.gguf", "llama")
-    writer.add_embedding_length(8)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(shape.n_ff)
-    writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_kv_head)
-    writer.add_layer_norm_rms_eps(1e-5)
-    for name, w in _tiny_weights(shape, 0).items():
-        writer.add_tensor(name, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    path = tmp_path / "anon.gguf"
+    path = _write_gguf(tmp_path / "anon.gguf", "llama", _tiny_weights(shape, 0).items(), eps=1e-5,
+                       llama__embedding_length=8, llama__block_count=1,
+                       llama__feed_forward_length=shape.n_ff, llama__attention__head_count=shape.n_head,
+                       llama__attention__head_count_kv=shape.n_kv_head)
     engine = GGUFShardEngine(path, 0, 1)
     assert engine.spec.model_id == "gguf-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
