@@ -14,13 +14,17 @@ layer depends only on its own inputs, any split of the layers into stages
 computes exactly what one full engine computes, and chunking a prefill
 changes nothing.  Between stages the 64-bit state travels as a hidden row:
 its four 16-bit limbs as floats in ``[-1, 1)``, the other columns derived
-from them (the receiver reads the limbs back exactly).
+from them (the receiver reads the limbs back exactly).  Every value is
+``k / 32768 - 1`` for a 16-bit ``k``, exact in float32, so the rows are
+built as one read-only float32 array in a few vector operations.
 """
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from fakeshard.contract import ShardSpec
 
@@ -71,8 +75,8 @@ class HashBackend:
 
     evidence_class = "fixture"
 
-    __slots__ = ("spec", "seed", "_adds", "_muls", "_inits", "_embed", "_sample", "_cols",
-                 "_takes_tokens", "_samples")
+    __slots__ = ("spec", "seed", "_adds", "_muls", "_inits", "_embed", "_sample", "_limb_of",
+                 "_masks", "_takes_tokens", "_samples")
 
     def __init__(self, spec: ShardSpec, seed: int = 0) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -87,23 +91,33 @@ class HashBackend:
         self._embed = _key(model, s, "embed", 0)
         self._sample = _key(model, s, "sample", 0)
         # Column j >= 4 repeats limb j % 4 under a fixed mask.
-        self._cols = tuple((16 * (j & 3), (j * 0x9E37) & 0xFFFF if j >= 4 else 0)
-                           for j in range(spec.hidden_size))
+        cols = np.arange(spec.hidden_size)
+        self._limb_of = cols & 3
+        self._masks = np.where(cols >= 4, (cols * 0x9E37) & 0xFFFF, 0).astype(np.uint16)
         self._takes_tokens = spec.role.takes_tokens
         self._samples = spec.role.samples
 
     def empty_cache(self) -> tuple[int, ...]:
         return self._inits
 
-    def _encode(self, x: int) -> tuple[float, ...]:
-        return tuple(((x >> shift) & 0xFFFF ^ mask) / 32768.0 - 1.0 for shift, mask in self._cols)
+    def _encode(self, xs: list[int]) -> np.ndarray:
+        """One row per 64-bit state: column ``j`` is limb ``j % 4`` xor its mask, as ``k/32768 - 1``."""
+        states = np.array(xs, dtype=np.uint64)
+        limbs = ((states[:, None] >> _LIMB_SHIFTS) & np.uint64(0xFFFF)).astype(np.uint16)
+        ks = limbs[:, self._limb_of] ^ self._masks
+        rows = ks.astype(np.float32)
+        rows *= np.float32(1 / 32768)
+        rows -= np.float32(1.0)
+        rows.flags.writeable = False
+        return rows
 
     @staticmethod
-    def _decode(row: Sequence[float]) -> int:
-        x = 0
-        for j in range(4):
-            x |= (int(round((row[j] + 1.0) * 32768.0)) & 0xFFFF) << (16 * j)
-        return x
+    def _decode(inputs: Any) -> list[int]:
+        """The 64-bit state in each row's first four columns (rounded half to even, mod 2**16)."""
+        first = np.asarray(inputs)[:, :4].astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            limbs = np.mod(np.rint((first + 1.0) * 32768.0), 65536.0).astype(np.uint64)
+        return ((limbs << _LIMB_SHIFTS).sum(axis=1, dtype=np.uint64)).tolist()
 
     def forward(
         self, cache: tuple[int, ...], start_pos: int, inputs: Sequence[Any]
@@ -111,18 +125,21 @@ class HashBackend:
         digests = list(cache)
         adds, muls = self._adds, self._muls
         n = len(digests)
-        rows = []
+        states = []
         x = 0
-        for item in inputs:
-            x = _splitmix(self._embed ^ item) if self._takes_tokens else self._decode(item)
+        seeds = [_splitmix(self._embed ^ t) for t in inputs] if self._takes_tokens \
+            else self._decode(inputs)
+        for x in seeds:
             for i in range(n):
                 z = (((digests[i] ^ x) + adds[i]) * muls[i]) & _M
                 z ^= z >> 29
                 z = (z * _MIX2) & _M
                 z ^= z >> 32
                 digests[i] = x = z
-            if not self._samples:
-                rows.append(self._encode(x))
+            states.append(x)
         if self._samples:
             return tuple(digests), _splitmix(x ^ self._sample) % self.spec.vocab_size
-        return tuple(digests), tuple(rows)
+        return tuple(digests), self._encode(states)
+
+
+_LIMB_SHIFTS = np.array([0, 16, 32, 48], dtype=np.uint64)

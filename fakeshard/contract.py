@@ -8,14 +8,14 @@ keeps the contract, and every engine calls it on its input.
 
 from __future__ import annotations
 
-import array
 import enum
-import hashlib
 import itertools
 import math
-import sys
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
+
+import numpy as np
+import xxhash
 
 from fakeshard.errors import MalformedBundle
 
@@ -27,6 +27,7 @@ __all__ = [
     "SampleBundle",
     "ShardSpec",
     "TokenBundle",
+    "frozen_array",
     "hidden_checksum",
     "validate",
 ]
@@ -128,32 +129,98 @@ class TokenBundle:
             object.__setattr__(self, "tokens", tuple(self.tokens))
 
 
-@dataclass(frozen=True, slots=True)
+def frozen_array(values: np.ndarray) -> np.ndarray:
+    """``values`` as a read-only array that nothing else can write to (copied only if needed).
+
+    An array that is read-only all the way down (no base, or a base of
+    immutable ``bytes``, as from ``np.frombuffer`` on a frame) is kept as it
+    is; anything a caller could still write through is copied once.
+    """
+    base: Any = values
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            break
+        base = base.base
+    else:
+        if base is None or isinstance(base, bytes):
+            return values
+    out = np.array(values, order="C", copy=True)
+    out.flags.writeable = False
+    return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class HiddenBundle:
     """Hidden states passed between shards.
 
     ``layer`` is the first layer the receiver runs; ``hidden`` has one row of
-    ``hidden_size`` finite floats per position; ``checksum`` covers the
-    identity fields and the values (build one with :meth:`sealed`).
+    ``hidden_size`` finite floats per position, either as rows of Python
+    floats or as one 2-D numpy array of a float dtype (engines answer with
+    read-only float32 arrays: the data plane at memory speed).  ``checksum``
+    covers the identity fields and the values (build one with
+    :meth:`sealed`).  Two bundles are equal when their fields and values are,
+    whichever form holds the values.  An array given writable is copied once
+    and frozen, so a valid bundle stays valid.
     """
 
     session_id: str
     epoch: int
     start_pos: int
     layer: int
-    hidden: tuple[tuple[float, ...], ...]
+    hidden: Any  # tuple[tuple[float, ...], ...] or a 2-D float ndarray
     checksum: str
     contract: str = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
         hidden = self.hidden
-        if isinstance(hidden, list) or (
+        if isinstance(hidden, np.ndarray):
+            object.__setattr__(self, "hidden", frozen_array(hidden))
+        elif isinstance(hidden, list) or (
             isinstance(hidden, tuple) and any(isinstance(row, list) for row in hidden)
         ):
             object.__setattr__(
                 self, "hidden",
                 tuple(tuple(row) if isinstance(row, list) else row for row in hidden),
             )
+
+    def rows(self) -> Any:
+        """The values as rows of Python floats (an array's values exactly); other contents as they are."""
+        if isinstance(self.hidden, np.ndarray):
+            return tuple(map(tuple, self.hidden.tolist())) if self.hidden.ndim == 2 else self.hidden
+        return self.hidden
+
+    def array(self) -> np.ndarray:
+        """The values as a read-only 2-D float array (float32 when built from rows).
+
+        Raises :class:`MalformedBundle` if the contents are not rows of numbers of one width.
+        """
+        if isinstance(self.hidden, np.ndarray):
+            return self.hidden
+        try:
+            out = _as_array(self.hidden).astype(np.float32)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _fail(self, f"hidden must be rows of floats ({exc})") from None
+        out.flags.writeable = False
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, HiddenBundle)
+        if (self.session_id, self.epoch, self.start_pos, self.layer, self.checksum, self.contract) != \
+                (other.session_id, other.epoch, other.start_pos, other.layer, other.checksum,
+                 other.contract):
+            return False
+        a, b = self.hidden, other.hidden
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            try:
+                return bool(np.array_equal(_as_array(a), _as_array(b), equal_nan=True))
+            except (TypeError, ValueError, OverflowError):
+                return False
+        return bool(a == b)
+
+    def __hash__(self) -> int:
+        return hash((self.session_id, self.epoch, self.start_pos, self.layer, self.checksum))
 
     @classmethod
     def sealed(
@@ -162,19 +229,21 @@ class HiddenBundle:
         epoch: int,
         start_pos: int,
         layer: int,
-        hidden: Sequence[Sequence[float]],
+        hidden: Any,
     ) -> "HiddenBundle":
         """A bundle with its checksum computed over the given fields.
 
-        Values that cannot be checksummed (not numbers) raise
-        :class:`MalformedBundle`; anything else is left for :func:`validate`.
+        ``hidden`` may be rows of floats or a 2-D float array.  Values that
+        cannot be checksummed (not numbers) raise :class:`MalformedBundle`;
+        anything else is left for :func:`validate`.
         """
         try:
-            rows = tuple(tuple(row) for row in hidden)
-            checksum = hidden_checksum(session_id, epoch, start_pos, layer, rows)
-        except (TypeError, OverflowError) as exc:
+            if not isinstance(hidden, np.ndarray):
+                hidden = tuple(tuple(row) for row in hidden)
+            checksum = hidden_checksum(session_id, epoch, start_pos, layer, hidden)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise MalformedBundle(f"HiddenBundle.sealed: hidden must be rows of floats ({exc})") from None
-        return cls(session_id, epoch, start_pos, layer, rows, checksum)
+        return cls(session_id, epoch, start_pos, layer, hidden, checksum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +260,17 @@ class SampleBundle:
 Bundle = Union[TokenBundle, HiddenBundle, SampleBundle]
 
 
-_BIG_ENDIAN = sys.byteorder == "big"
+def _as_array(hidden: Any) -> np.ndarray:
+    """Rows of numbers, or an array, as a 2-D array (``0x0`` for no rows); ``ValueError`` otherwise."""
+    if isinstance(hidden, np.ndarray):
+        out = hidden
+    else:
+        out = np.array(hidden, dtype=np.float64)
+        if out.size == 0 and out.ndim == 1:
+            out = out.reshape(0, 0)
+    if out.ndim != 2:
+        raise ValueError(f"hidden must be 2-D, got shape {out.shape}")
+    return out
 
 
 def hidden_checksum(
@@ -199,20 +278,35 @@ def hidden_checksum(
     epoch: int,
     start_pos: int,
     layer: int,
-    hidden: Sequence[Sequence[float]],
+    hidden: Any,
     contract: str = CONTRACT_VERSION,
 ) -> str:
-    """16 hex digits of BLAKE2b over the identity fields and the float64 values."""
-    n_rows = len(hidden)
-    n_cols = len(hidden[0]) if n_rows else 0
+    """16 lowercase hex digits of XXH3-64 (seed 0) over the identity fields and the values.
+
+    The hashed bytes are the UTF-8 header
+    ``f"{contract}\\0{session_id}\\0{epoch}\\0{start_pos}\\0{layer}\\0{rows}x{cols}\\0"``
+    followed by every value as a little-endian IEEE-754 float32, row after
+    row (values held in another precision are rounded to float32 first).
+    ``docs/contract.md`` gives test vectors.  Rows of floats and arrays of
+    the same values have the same checksum.
+    """
+    if isinstance(hidden, np.ndarray):
+        values = _as_array(hidden)
+        n_rows, n_cols = values.shape
+    else:  # rows of numbers; ragged rows (which validate refuses) are hashed one after another
+        n_rows = len(hidden)
+        n_cols = len(hidden[0]) if n_rows else 0
+        values = np.fromiter(itertools.chain.from_iterable(hidden), dtype=np.float64)
     header = f"{contract}\x00{session_id}\x00{epoch}\x00{start_pos}\x00{layer}\x00{n_rows}x{n_cols}\x00"
-    digest = hashlib.blake2b(header.encode("utf-8", "surrogatepass"), digest_size=8)
-    # Every value as a little-endian float64, row after row, packed in one go.
-    values = array.array("d", itertools.chain.from_iterable(hidden))
-    if _BIG_ENDIAN:  # pragma: no cover - big-endian hosts only
-        values.byteswap()
-    digest.update(values.tobytes())
+    if values.dtype != _F32_LE or not values.flags.c_contiguous:
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, as any cast
+            values = np.ascontiguousarray(values, dtype=_F32_LE)
+    digest = xxhash.xxh3_64(header.encode("utf-8", "surrogatepass"))
+    digest.update(memoryview(values).cast("B"))
     return digest.hexdigest()
+
+
+_F32_LE = np.dtype("<f4")
 
 
 def _fail(bundle: object, message: str) -> MalformedBundle:
@@ -252,8 +346,27 @@ def _check_token(bundle: object, name: str, token: object, spec: ShardSpec | Non
 _PLAIN_NUMBERS = frozenset({float, int})
 
 
-def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
-    rows = bundle.hidden
+def _check_hidden_array(bundle: HiddenBundle, rows: np.ndarray, spec: ShardSpec | None) -> None:
+    if rows.dtype.kind != "f":
+        raise _fail(bundle, f"hidden must be an array of a float dtype, got {rows.dtype}")
+    if rows.ndim != 2:
+        raise _fail(bundle, f"hidden must be a 2-D array of rows, got shape {rows.shape}")
+    if rows.shape[0] == 0:
+        raise _fail(bundle, "hidden must be a non-empty sequence of rows")
+    if rows.shape[1] == 0:
+        raise _fail(bundle, "hidden rows must not be empty")
+    if spec is not None and rows.shape[1] != spec.hidden_size:
+        raise _fail(
+            bundle,
+            f"hidden has shape mismatch: row 0 has {rows.shape[1]} values, expected {spec.hidden_size}",
+        )
+    finite = np.isfinite(rows)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise _fail(bundle, f"hidden[{i}][{j}] = {float(rows[i, j])} is not finite")
+
+
+def _check_hidden_rows(bundle: HiddenBundle, rows: Any, spec: ShardSpec | None) -> None:
     if not isinstance(rows, tuple) or not rows:
         raise _fail(bundle, "hidden must be a non-empty sequence of rows")
     width = spec.hidden_size if spec is not None else None
@@ -288,6 +401,14 @@ def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
                             "too large for a float64") from None
             if not finite:
                 raise _fail(bundle, f"hidden[{i}][{j}] = {value} is not finite")
+
+
+def _check_hidden(bundle: HiddenBundle, spec: ShardSpec | None) -> None:
+    rows = bundle.hidden
+    if isinstance(rows, np.ndarray):
+        _check_hidden_array(bundle, rows, spec)
+    else:
+        _check_hidden_rows(bundle, rows, spec)
     if not isinstance(bundle.checksum, str):
         raise _fail(bundle, f"checksum must be a str, got {type(bundle.checksum).__name__}")
     expected = hidden_checksum(

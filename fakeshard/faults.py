@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional, Union
 
+import numpy as np
+
 from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, hidden_checksum
 
 __all__ = [
@@ -265,12 +267,13 @@ def corrupt(output: object, what: str, spec: ShardSpec) -> object:
             right = _reseal(output).checksum
             return replace(output, checksum=("0" if right[0] != "0" else "1") + right[1:])
         if what == "shape":
-            return _reseal(output, hidden=tuple(row[:-1] for row in output.hidden))
+            return _reseal(output, hidden=output.array()[:, :-1])
         if what == "layer":
             return _reseal(output, layer=output.layer + 1)
         if what == "nan":
-            first = (math.nan,) + output.hidden[0][1:]
-            return _reseal(output, hidden=(first,) + output.hidden[1:])
+            rows = np.array(output.array())
+            rows[0, 0] = math.nan
+            return _reseal(output, hidden=rows)
         if what == "session":
             return _reseal(output, session_id=output.session_id + "~")
         if what == "epoch":

@@ -1,4 +1,4 @@
-"""JSON in and out for every bundle, fault plan, fault rule and error.
+"""JSON and binary frames in and out for every bundle, fault plan, fault rule and error.
 
 ``dumps`` turns a value into one JSON object with a ``kind`` discriminator
 and the ``contract`` version (dataclass fields via dataclasses-json's
@@ -9,6 +9,13 @@ a known ``kind`` and version, bounded size and depth, and the result passes
 :func:`fakeshard.validate`.  Anything else raises :class:`MalformedBundle`
 and nothing else.  (dataclasses-json's own schemas coerce ``"1"`` and
 ``1.5`` to ``1``, so the strict reading is ours.)  No pickle, no eval.
+
+A hidden bundle's values travel in one of three forms (``docs/wire.md``
+defines each byte): readable rows of JSON numbers (the default, for traces
+and small examples), ``dumps(bundle, hidden="base64")`` (little-endian
+float32, or float16 on request, base64 inside the JSON object), or the
+compact binary frame of :func:`dumpb` / :func:`loadb` (a JSON header, then
+the raw little-endian values: a network's data plane at memory speed).
 
 Round trip::
 
@@ -22,22 +29,57 @@ Round trip::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import functools
 import json
+import struct
 import typing
-from typing import Any, Union
+from typing import Any, Optional, Union
 
+import numpy as np
 from dataclasses_json import DataClassJsonMixin
 
-from fakeshard.contract import CONTRACT_VERSION, HiddenBundle, SampleBundle, TokenBundle, validate
+from fakeshard.contract import (
+    CONTRACT_VERSION,
+    HiddenBundle,
+    SampleBundle,
+    TokenBundle,
+    frozen_array,
+    hidden_checksum,
+    validate,
+)
 from fakeshard.errors import ERROR_CODES, MalformedBundle, ShardError
 from fakeshard.faults import FAULT_TYPES, FaultPlan, FaultRule
 
-__all__ = ["MAX_TEXT_CHARS", "dumps", "loads"]
+__all__ = [
+    "FRAME_CONTENT_TYPE",
+    "FRAME_MAGIC",
+    "HIDDEN_DTYPES",
+    "JSON_CONTENT_TYPE",
+    "MAX_FRAME_BYTES",
+    "MAX_TEXT_CHARS",
+    "dumpb",
+    "dumps",
+    "loadb",
+    "loads",
+]
 
 #: ``loads`` refuses longer text (override per call with ``max_chars``).
 MAX_TEXT_CHARS = 64 * 1024 * 1024
+#: ``loadb`` refuses longer frames (override per call with ``max_bytes``).
+MAX_FRAME_BYTES = 1024 * 1024 * 1024
+#: The first four bytes of every binary frame (format 1).
+FRAME_MAGIC = b"FSB1"
+#: A frame's JSON header may not be longer than this.
+_MAX_HEADER_BYTES = 1024 * 1024
+#: Media types of the two encodings (HTTP ``Content-Type``).
+JSON_CONTENT_TYPE = "application/json"
+FRAME_CONTENT_TYPE = "application/vnd.fakeshard.frame"
+#: Binary encodings of hidden values: wire name -> little-endian numpy dtype.
+HIDDEN_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+_HIDDEN_FORMS = ("floats", "base64")
 
 _KINDS: dict[str, type] = {
     "token_bundle": TokenBundle,
@@ -54,7 +96,8 @@ def _fault_to_dict(fault: Any) -> dict[str, Any]:
     return {"type": fault.type_name, **DataClassJsonMixin.to_dict(fault)}
 
 
-def _to_dict(obj: Any) -> dict[str, Any]:
+def _to_dict(obj: Any, hidden: Any = None) -> dict[str, Any]:
+    """``obj``'s JSON object; a hidden bundle's ``hidden`` replaced by ``hidden`` if given."""
     if isinstance(obj, ShardError):
         return {"kind": "error", "contract": CONTRACT_VERSION, "code": obj.code,
                 "message": obj.message, **obj.fields()}
@@ -71,10 +114,55 @@ def _to_dict(obj: Any) -> dict[str, Any]:
         }
     elif isinstance(obj, FaultRule):
         body = {"contract": CONTRACT_VERSION, **_rule_to_dict(obj)}
+    elif isinstance(obj, HiddenBundle):
+        body = {"contract": obj.contract, "session_id": obj.session_id, "epoch": obj.epoch,
+                "start_pos": obj.start_pos, "layer": obj.layer,
+                "hidden": _rows_for_json(obj.rows()) if hidden is None else hidden,
+                "checksum": obj.checksum}
     else:
         fields = DataClassJsonMixin.to_dict(obj)
         body = {"contract": fields.pop("contract"), **fields}
     return {"kind": kind, **body}
+
+
+def _rows_for_json(rows: Any) -> Any:
+    if isinstance(rows, np.ndarray):  # not 2-D: carried as nested lists all the same
+        return rows.tolist()
+    return [list(row) if isinstance(row, tuple) else row for row in rows] \
+        if isinstance(rows, tuple) else rows
+
+
+def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
+    """The bundle's values in the wire ``dtype`` (C order), and the checksum to send with them.
+
+    float32 is exact for every engine's output.  float16 rounds: a bundle
+    whose checksum matched its values is resealed over the rounded values
+    (so it arrives valid, at lower precision); one whose checksum did not
+    match keeps it, so the damage stays visible to the receiver.
+    """
+    want = HIDDEN_DTYPES.get(dtype) if isinstance(dtype, str) else None
+    if want is None:
+        raise ValueError(f"dtype must be one of {sorted(HIDDEN_DTYPES)}, got {dtype!r}")
+    try:
+        source = bundle.array() if isinstance(bundle.hidden, np.ndarray) else \
+            np.array(bundle.hidden, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"wire: these hidden values have no binary form ({exc})") from None
+    if source.ndim != 2:
+        raise TypeError(f"wire: hidden of shape {source.shape} has no binary form (rows x columns)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = np.ascontiguousarray(source, dtype=want)
+    checksum = bundle.checksum
+    if dtype != "float32" or source.dtype != want:
+        try:
+            was_valid = checksum == hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
+                                                    bundle.layer, source, bundle.contract)
+        except (TypeError, ValueError):
+            was_valid = False
+        if was_valid:
+            checksum = hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
+                                       bundle.layer, values, bundle.contract)
+    return values, checksum
 
 
 def _rule_to_dict(rule: FaultRule) -> dict[str, Any]:
@@ -83,14 +171,46 @@ def _rule_to_dict(rule: FaultRule) -> dict[str, Any]:
     return out
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: Any, *, hidden: str = "floats", dtype: str = "float32") -> str:
     """One JSON object for ``obj``; ``TypeError`` for a value the wire does not carry.
 
-    A hidden bundle holding NaN (a ``Malformed("nan")`` output) is written
-    with JSON's non-standard ``NaN``, so it can travel and be refused by
-    ``loads`` at the receiving end, as a real corrupt message would.
+    ``hidden="base64"`` writes a hidden bundle's values as
+    ``{"dtype": ..., "shape": [rows, cols], "base64": ...}`` in ``dtype``
+    (``"float32"``, exact for every engine's output, or ``"float16"``,
+    rounded; see :func:`_binary_values`).  The default writes rows of JSON
+    numbers.  A hidden bundle holding NaN (a ``Malformed("nan")`` output) is
+    written with JSON's non-standard ``NaN`` in the readable form, so it can
+    travel and be refused by ``loads`` at the receiving end, as a real
+    corrupt message would.
     """
+    if hidden not in _HIDDEN_FORMS:
+        raise ValueError(f"hidden must be one of {_HIDDEN_FORMS}, got {hidden!r}")
+    if hidden == "base64" and isinstance(obj, HiddenBundle):
+        values, checksum = _binary_values(obj, dtype)
+        encoded = {"dtype": dtype, "shape": list(values.shape),
+                   "base64": binascii.b2a_base64(memoryview(values).cast("B"), newline=False).decode("ascii")}
+        return json.dumps({**_to_dict(obj, encoded), "checksum": checksum})
     return json.dumps(_to_dict(obj))
+
+
+def dumpb(obj: Any, *, dtype: str = "float32") -> bytes:
+    """``obj`` as one binary frame (``docs/wire.md``): the data plane's encoding.
+
+    Layout: :data:`FRAME_MAGIC` (4 bytes), the header's length ``H`` as a
+    little-endian uint32, ``H`` bytes of UTF-8 JSON (the value's JSON
+    object; a hidden bundle's ``hidden`` is ``{"dtype": ..., "shape":
+    [rows, cols]}``), then the hidden values as raw little-endian bytes, row
+    after row (nothing for other values).  One copy of the values, no text.
+    """
+    payload: Any = b""
+    if isinstance(obj, HiddenBundle):
+        values, checksum = _binary_values(obj, dtype)
+        header = {**_to_dict(obj, {"dtype": dtype, "shape": list(values.shape)}), "checksum": checksum}
+        payload = memoryview(values).cast("B")
+    else:
+        header = _to_dict(obj)
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return b"".join((FRAME_MAGIC, struct.pack("<I", len(head)), head, payload))
 
 
 # -- loading -----------------------------------------------------------------
@@ -142,6 +262,45 @@ def _check(value: Any, tp: Any, path: str) -> Any:
     raise _Bad(f"{path}: no wire reading for {tp!r}")  # pragma: no cover - a type we forgot
 
 
+_ROWS = tuple[tuple[float, ...], ...]
+
+
+def _hidden(value: Any, path: str, payload: Optional[memoryview]) -> Any:
+    """A hidden bundle's values: rows of numbers, base64 (JSON) or the frame's payload."""
+    if isinstance(value, list):
+        if payload is not None:
+            raise _Bad(f"{path} must be {{dtype, shape}} in a frame, got an array")
+        return _check(value, _ROWS, path)
+    if not isinstance(value, dict):
+        raise _Bad(f"{path} must be an array of rows or an object, got {_json_type(value)}")
+    keys = {"dtype", "shape"} | (set() if payload is not None else {"base64"})
+    if set(value) != keys:
+        raise _Bad(f"{path} must have exactly the fields {sorted(keys)}, got {sorted(value)}")
+    dtype = HIDDEN_DTYPES.get(value["dtype"]) if isinstance(value["dtype"], str) else None
+    if dtype is None:
+        raise _Bad(f"{path}.dtype must be one of {sorted(HIDDEN_DTYPES)}, got {value['dtype']!r}")
+    shape = value["shape"]
+    if not isinstance(shape, list) or len(shape) != 2 or not all(
+            type(n) is int and 0 <= n < 2**31 for n in shape):
+        raise _Bad(f"{path}.shape must be [rows, columns] of integers >= 0, got {shape!r}")
+    if payload is None:
+        text = value["base64"]
+        if not isinstance(text, str):
+            raise _Bad(f"{path}.base64 must be a string, got {_json_type(text)}")
+        try:
+            data: Any = binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+        except (binascii.Error, UnicodeEncodeError) as exc:
+            raise _Bad(f"{path}.base64 is not base64: {exc}") from None
+    else:
+        data = payload
+    need = shape[0] * shape[1] * dtype.itemsize
+    if len(data) != need:
+        raise _Bad(f"{path} holds {len(data)} bytes, but {shape[0]}x{shape[1]} {value['dtype']} "
+                   f"needs {need}")
+    rows = np.frombuffer(data, dtype=dtype).reshape(shape)
+    return frozen_array(rows)
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -159,7 +318,8 @@ def _schema(cls: type, skip: tuple[str, ...]) -> tuple[tuple[tuple[str, Any], ..
     return fields, frozenset(name for name, _ in fields) | frozenset(skip)
 
 
-def _object(value: Any, cls: type, path: str, skip: tuple[str, ...]) -> Any:
+def _object(value: Any, cls: type, path: str, skip: tuple[str, ...],
+            payload: Optional[memoryview] = None) -> Any:
     if not isinstance(value, dict):
         raise _Bad(f"{path} must be an object, got {_json_type(value)}")
     fields, allowed = _schema(cls, skip)
@@ -170,7 +330,10 @@ def _object(value: Any, cls: type, path: str, skip: tuple[str, ...]) -> Any:
     for name, annotation in fields:
         if name not in value:
             raise _Bad(f"{path} is missing field {name!r}")
-        kwargs[name] = _check(value[name], annotation, f"{path}.{name}")
+        if cls is HiddenBundle and name == "hidden":
+            kwargs[name] = _hidden(value[name], f"{path}.{name}", payload)
+        else:
+            kwargs[name] = _check(value[name], annotation, f"{path}.{name}")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -217,30 +380,72 @@ def loads(text: Union[str, bytes], *, max_chars: int = MAX_TEXT_CHARS) -> Any:
             raise _Bad(f"wire.loads takes str or bytes, got {type(text).__name__}")
         if len(text) > max_chars:
             raise _Bad(f"text is {len(text)} characters, over the limit of {max_chars}")
-        try:
-            data = json.loads(text, parse_constant=_reject_constant)
-        except RecursionError:
-            raise _Bad("JSON is nested too deeply") from None
-        except json.JSONDecodeError as exc:
-            raise _Bad(f"not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise _Bad(f"expected a JSON object, got {_json_type(data)}")
-        if data.get("contract") != CONTRACT_VERSION:
-            raise _Bad(f"contract version {data.get('contract')!r} is not {CONTRACT_VERSION!r}")
-        kind = data.get("kind")
-        if kind == "error":
-            return _error(data)
-        cls = _KINDS.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            raise _Bad(f"kind must be one of {sorted(_KINDS) + ['error']}, got {kind!r}")
-        body = {k: v for k, v in data.items() if k != "kind"}
-        if cls in (FaultPlan, FaultRule):
-            body.pop("contract")
-        obj = _object(body, cls, kind, skip=())
+        obj = _from_json(text, None)
     except _Bad as exc:
         raise MalformedBundle(f"wire: {exc}") from None
     except UnicodeDecodeError as exc:
         raise MalformedBundle(f"wire: text is not UTF-8: {exc}") from None
+    return _validated(obj)
+
+
+def loadb(data: Union[bytes, bytearray, memoryview], *, max_bytes: int = MAX_FRAME_BYTES) -> Any:
+    """The value one binary frame encodes; :class:`MalformedBundle` for any bad frame.
+
+    Wrong magic, a truncated frame or header, trailing bytes, an unknown
+    dtype, a payload of the wrong length for its shape, NaN, a frame longer
+    than ``max_bytes``: all are ``MalformedBundle``.  The values are not
+    copied: the returned bundle's array reads the frame's bytes (copied
+    once if ``data`` is writable).
+    """
+    try:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise _Bad(f"wire.loadb takes bytes, got {type(data).__name__}")
+        if isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        if len(data) > max_bytes:
+            raise _Bad(f"frame is {len(data)} bytes, over the limit of {max_bytes}")
+        if len(data) < 8 or data[:4] != FRAME_MAGIC:
+            raise _Bad(f"a frame starts with {FRAME_MAGIC!r} and a 4-byte header length, "
+                       f"got {bytes(data[:8])!r}")
+        (size,) = struct.unpack_from("<I", data, 4)
+        if size > _MAX_HEADER_BYTES or 8 + size > len(data):
+            raise _Bad(f"frame header of {size} bytes does not fit a frame of {len(data)} bytes "
+                       f"(limit {_MAX_HEADER_BYTES})")
+        head = data[8:8 + size].decode("utf-8")
+        obj = _from_json(head, memoryview(data)[8 + size:])
+    except _Bad as exc:
+        raise MalformedBundle(f"wire: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MalformedBundle(f"wire: frame header is not UTF-8: {exc}") from None
+    return _validated(obj)
+
+
+def _from_json(text: str, payload: Optional[memoryview]) -> Any:
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _Bad("JSON is nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise _Bad(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _Bad(f"expected a JSON object, got {_json_type(data)}")
+    if data.get("contract") != CONTRACT_VERSION:
+        raise _Bad(f"contract version {data.get('contract')!r} is not {CONTRACT_VERSION!r}")
+    kind = data.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if payload is not None and len(payload) and cls is not HiddenBundle:
+        raise _Bad(f"a frame of kind {kind!r} carries no payload, got {len(payload)} bytes")
+    if kind == "error":
+        return _error(data)
+    if cls is None:
+        raise _Bad(f"kind must be one of {sorted(_KINDS) + ['error']}, got {kind!r}")
+    body = {k: v for k, v in data.items() if k != "kind"}
+    if cls in (FaultPlan, FaultRule):
+        body.pop("contract")
+    return _object(body, cls, kind, skip=(), payload=payload if cls is HiddenBundle else None)
+
+
+def _validated(obj: Any) -> Any:
     if isinstance(obj, (TokenBundle, HiddenBundle, SampleBundle)):
         validate(obj)
     return obj

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+
+import numpy as np
 from typing import Any, Callable, Optional
 
 from fakeshard import (
@@ -61,7 +63,7 @@ def summarize(value: Any) -> dict[str, Any]:
         return {"outcome": OK, "session_id": value.session_id, "epoch": value.epoch,
                 "pos": value.pos, "token": value.token}
     if isinstance(value, HiddenBundle):
-        rows = value.hidden if isinstance(value.hidden, tuple) else ()
+        rows = value.hidden if isinstance(value.hidden, (tuple, np.ndarray)) else ()
         return {"outcome": OK, "session_id": value.session_id, "epoch": value.epoch,
                 "start_pos": value.start_pos, "layer": value.layer, "rows": len(rows),
                 "checksum": value.checksum}
@@ -98,7 +100,7 @@ def outputs_match(expected: Any, actual: Any, judge: Judge, token_ok: Callable[[
                                               actual.layer, actual.contract):
         return False
     # The checksum seals the values, so it differs when they do; validate() checks it.
-    return isinstance(actual.hidden, tuple) and judge.rows_match(expected.hidden, actual.hidden) \
+    return isinstance(actual.hidden, (tuple, np.ndarray)) and judge.rows_match(expected.rows(), actual.rows()) \
         and not _breaks_alone(actual)
 
 
@@ -112,7 +114,7 @@ def broken_as(actual: Any, clean: Any, kind: str, spec: ShardSpec, n: int) -> bo
         if kind == "token_range":
             return not 0 <= actual.token < spec.vocab_size
         return kind == "position" and actual.pos != clean.pos
-    rows = actual.hidden
+    rows = actual.rows()
     return {
         "checksum": lambda: actual.checksum != _resealed(actual),
         "shape": lambda: len(rows) != n or any(len(r) != spec.hidden_size for r in rows),
@@ -337,7 +339,7 @@ def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
             return HiddenBundle.sealed(sid, epoch, start, max(1, spec.start_layer),
                                        [(0.0,) * spec.hidden_size] * len(bundle.tokens))
         return replace(bundle, contract="0")
-    rows = list(bundle.hidden)
+    rows = list(bundle.rows())
     if bad in ("range", "nan"):
         return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [(math.nan,) + rows[0][1:]] + rows[1:])
     if bad == "checksum":

@@ -34,7 +34,7 @@ def compute() -> list[dict]:
         head = FakeShardEngine(spec.with_layers(0, case["n_layers"] // 2), seed=case["seed"])
         hidden = head.prefill(TokenBundle("golden", 0, 0, tuple(case["prompt"])))
         out.append({**case, "tokens": tokens, "head_checksum": hidden.checksum,
-                    "head_first_row": list(hidden.hidden[0])})
+                    "head_first_row": list(hidden.rows()[0])})
     return out
 
 

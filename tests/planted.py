@@ -68,7 +68,8 @@ def _flip(out: Any) -> Any:
     """The same bundle with a different value: a wrong output."""
     if isinstance(out, SampleBundle):
         return dataclasses.replace(out, token=(out.token + 1) % 64)
-    rows = ((out.hidden[0][0] * -1 + 0.5,) + out.hidden[0][1:],) + out.hidden[1:]
+    hidden = out.rows()
+    rows = ((hidden[0][0] * -1 + 0.5,) + hidden[0][1:],) + hidden[1:]
     return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, rows)
 
 

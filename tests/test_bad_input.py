@@ -55,7 +55,7 @@ def test_bad_token_bundle_is_malformed(engine_factory, role, field, value, match
 
 
 def _hidden_cases(good: HiddenBundle):
-    rows = good.hidden
+    rows = good.rows()
     width = len(rows[0])
     return [
         ("checksum", dataclasses.replace(good, checksum="0" * 16), "checksum"),

@@ -172,7 +172,8 @@ class LlamaBackend:
         new_cache, x = self.run_layers(cache, start_pos, self.hidden_in(inputs))
         if self._samples:
             return new_cache, int(np.argmax(self.logits(x[-1])))
-        return new_cache, tuple(map(tuple, x.tolist()))
+        x.flags.writeable = False  # the bundle's rows: float32, shared with nobody
+        return new_cache, x
 
 
 class GGUFShardEngine(SessionEngine):
