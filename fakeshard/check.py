@@ -41,16 +41,21 @@ PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: Modules the machines exercise; the command-line and demo are not under their purview.
 COVERAGE_OMIT = ("*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
-                 "*/fakeshard/check.py", "*/fakeshard/evidence.py")
+                 "*/fakeshard/check.py", "*/fakeshard/evidence.py", "*/fakeshard/schema.py",
+                 "*/fakeshard/topology.py")
+#: The network transport: measured only when the engine under test is a served node.
+TRANSPORT_MODULES = ("*/fakeshard/server.py", "*/fakeshard/remote.py")
 #: What an engine of each evidence class cannot run: the other computation backend, and
 #: for the fixture (compared exactly) the judge's tolerance rules for real arithmetic.
 CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/judge.py"),
               "real-model": ("*/fakeshard/backend.py",)}
 
 
-def coverage_omit(evidence_class: str) -> tuple[str, ...]:
-    """What a campaign's branch coverage leaves out: the command line, and what its class cannot run."""
-    return COVERAGE_OMIT + CLASS_OMIT.get(evidence_class, ())
+def coverage_omit(evidence_class: str, engine: str = "") -> tuple[str, ...]:
+    """What a campaign's branch coverage leaves out: the command line, what its class cannot
+    run, and the network transport unless the engine under test is served."""
+    served = engine.startswith("fakeshard.remote:")
+    return COVERAGE_OMIT + CLASS_OMIT.get(evidence_class, ()) + (() if served else TRANSPORT_MODULES)
 
 
 class CheckError(Exception):
@@ -131,9 +136,9 @@ def _validate(options: CheckOptions) -> str:
     return evidence_class
 
 
-def _coverage_rc(out: Path, root: Path, evidence_class: str) -> Path:
+def _coverage_rc(out: Path, root: Path, evidence_class: str, engine: str = "") -> Path:
     rc = out / "coveragerc"
-    omit = "\n    ".join(coverage_omit(evidence_class))
+    omit = "\n    ".join(coverage_omit(evidence_class, engine))
     rc.write_text(
         "[run]\nbranch = True\nparallel = True\npatch = subprocess\n"
         f"source = {root / 'fakeshard'}\ndata_file = {out / '.coverage'}\n"
@@ -189,7 +194,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     out.mkdir(parents=True, exist_ok=True)
     for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")):
         stale.unlink()
-    rc = _coverage_rc(out, root, evidence_class)
+    rc = _coverage_rc(out, root, evidence_class, options.engine)
     cmd = _pytest_command(options, rc)
     # A fresh cache of real-model files: each campaign writes the tiny models it uses, so
     # its coverage does not depend on what an earlier run left behind.

@@ -1,4 +1,4 @@
-"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``."""
+"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``, ``serve``, ``schema``."""
 
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
                           help="evidence folder (default evidence/DGR-032/<evidence class>)")
     evidence.add_argument("--base", default=None,
                           help="git revision the changed-files list starts from (default: the first commit)")
+    serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
+    serve.add_argument("topology", type=Path, metavar="TOPOLOGY.json")
+    serve.add_argument("--host", default="127.0.0.1", help="address every listener binds (default 127.0.0.1)")
+    serve.add_argument("--roster", type=Path, default=None, help="also write the roster JSON to this file")
+    serve.add_argument("--time-scale", type=float, default=1.0,
+                       help="real seconds per second of Delay (default 1; 0: delays take no real time)")
+    schema = sub.add_parser("schema", help="print the JSON Schemas of the wire and HTTP API v1")
+    schema.add_argument("name", nargs="?", default=None, help="one schema (default: all, under $defs)")
     return parser
 
 
@@ -174,6 +182,39 @@ class _Fail(Exception):
     """A one-line error for the user."""
 
 
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from fakeshard.schema import document, schema
+
+    try:
+        out = document() if args.name is None else schema(args.name)
+    except KeyError as exc:
+        raise _Fail(exc.args[0]) from None
+    sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from fakeshard.server import run_server
+    except ImportError as exc:
+        raise _Fail(f"serve needs the extra 'serve' (pip install 'fakeshard[serve]'): {exc}") from None
+    from fakeshard.factory import FactoryError
+    from fakeshard.topology import Topology, TopologyError
+
+    if not args.time_scale >= 0:
+        raise _Fail(f"--time-scale must be >= 0, got {args.time_scale}")
+    try:
+        topology = Topology.load(args.topology)
+        return run_server(topology, host=args.host, roster=args.roster, time_scale=args.time_scale,
+                          out=sys.stdout)
+    except (TopologyError, FactoryError) as exc:
+        raise _Fail(str(exc)) from None
+    except OSError as exc:
+        raise _Fail(f"cannot listen: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -189,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fakeshard.evidence import write_evidence
 
             return write_evidence(_check_options(args), dest=args.dest, base=args.base)  # type: ignore[arg-type]
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "schema":
+            return _schema(args)
     except _Fail as exc:
         sys.stderr.write(f"fakeshard: error: {exc}\n")
         return 2

@@ -5,10 +5,14 @@ and fault plan to any :class:`~fakeshard.backend.Backend`;
 :class:`FakeShardEngine` is it over the deterministic :class:`HashBackend`.
 Every check happens before anything changes, so a failed call changes
 nothing (only ``Crash`` is defined to change state on a failing call).
+Every call holds the engine's lock from its fault draw to its answer, so
+calls from concurrent threads are atomic: linearizable, as the contract
+states.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -107,6 +111,7 @@ class SessionEngine:
         if faults is not None and not isinstance(faults, FaultPlan):
             raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
         self._backend = backend
+        self._lock = threading.RLock()  # re-entered by a crash drawn inside a call
         self.spec: ShardSpec = backend.spec
         self.evidence_class: str = backend.evidence_class
         self.clock: Clock = clock if clock is not None else VirtualClock()
@@ -143,16 +148,29 @@ class SessionEngine:
         """Every fault fired on this engine so far, in order."""
         return tuple(self._faults.log)
 
+    def replace_faults(self, plan: Optional[FaultPlan]) -> None:
+        """Run ``plan`` from now on, with fresh counters, generator and log (``None``: no faults).
+
+        Sessions and accounting are untouched; this is how a served node's
+        control port swaps the plan of a running engine.
+        """
+        if plan is not None and not isinstance(plan, FaultPlan):
+            raise TypeError(f"faults must be a FaultPlan or None, got {type(plan).__name__}")
+        with self._lock:
+            self._faults = FaultInjector(plan)
+
     def session(self, session_id: str) -> Optional[SessionView]:
         """The session's view, or ``None`` if the engine holds nothing for it."""
-        entry = self._sessions.get(session_id)
-        if entry is None:
-            return None
-        return SessionView(session_id, entry.epoch, entry.status, entry.cached)
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            return SessionView(session_id, entry.epoch, entry.status, entry.cached)
 
     def session_ids(self) -> tuple[str, ...]:
         """Every session the engine holds a row for (live or tombstone), sorted."""
-        return tuple(sorted(self._sessions))
+        with self._lock:
+            return tuple(sorted(self._sessions))
 
     def __repr__(self) -> str:
         s = self.spec
@@ -166,9 +184,10 @@ class SessionEngine:
 
     def crash(self) -> None:
         """Take the engine down now: every session and tombstone is gone."""
-        self._crashed = True
-        self._sessions.clear()
-        self._used = 0
+        with self._lock:
+            self._crashed = True
+            self._sessions.clear()
+            self._used = 0
 
     def restart(self) -> None:
         """Bring the engine back up, empty (a restart of a running engine empties it too).
@@ -176,27 +195,32 @@ class SessionEngine:
         The fault plan's counters and generator carry on: the plan scripts the
         engine's whole life, not one run of it.
         """
-        self._crashed = False
-        self._sessions.clear()
-        self._used = 0
+        with self._lock:
+            self._crashed = False
+            self._sessions.clear()
+            self._used = 0
 
     # -- calls -------------------------------------------------------------
 
     def prefill(self, bundle: Any) -> Any:
         """Append one or more positions; return the output bundle."""
-        return self._compute("prefill", bundle)
+        with self._lock:
+            return self._compute("prefill", bundle)
 
     def decode(self, bundle: Any) -> Any:
         """Append exactly one position; return the output bundle."""
-        return self._compute("decode", bundle)
+        with self._lock:
+            return self._compute("decode", bundle)
 
     def cancel(self, session_id: str, epoch: int) -> None:
         """Free the session's cache and refuse it at this epoch (idempotent)."""
-        self._close("cancel", CANCELLED, session_id, epoch)
+        with self._lock:
+            self._close("cancel", CANCELLED, session_id, epoch)
 
     def release(self, session_id: str, epoch: int) -> None:
         """Free the session's cache and close it at this epoch (idempotent)."""
-        self._close("release", RELEASED, session_id, epoch)
+        with self._lock:
+            self._close("release", RELEASED, session_id, epoch)
 
     def _enter(self, op: str, session_id: object, epoch: object) -> Any:
         drawn = self._faults.draw(op, session_id)

@@ -212,7 +212,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "",
         "## Dependency handoff",
         "",
-        "Taken from the contract dependency (`CONTRACT.md` v1): the names, the bundles and their "
+        "Taken from the contract (`docs/contract.md` v1): the names, the bundles and their "
         "wire form, the session table and its order of checks, the error codes and fields, the "
         "fault plan's semantics, the determinism rules, the evidence classes"
         + ("." if fixture else ", the real-model engine's names."),

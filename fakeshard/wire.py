@@ -10,7 +10,7 @@ a known ``kind`` and version, bounded size and depth, and the result passes
 and nothing else.  (dataclasses-json's own schemas coerce ``"1"`` and
 ``1.5`` to ``1``, so the strict reading is ours.)  No pickle, no eval.
 
-A hidden bundle's values travel in one of three forms (``docs/wire.md``
+A hidden bundle's values travel in one of three forms (``docs/contract.md``, "The wire"
 defines each byte): readable rows of JSON numbers (the default, for traces
 and small examples), ``dumps(bundle, hidden="base64")`` (little-endian
 float32, or float16 on request, base64 inside the JSON object), or the
@@ -64,6 +64,7 @@ __all__ = [
     "dumps",
     "loadb",
     "loads",
+    "loads_unchecked",
 ]
 
 #: ``loads`` refuses longer text (override per call with ``max_chars``).
@@ -194,7 +195,7 @@ def dumps(obj: Any, *, hidden: str = "floats", dtype: str = "float32") -> str:
 
 
 def dumpb(obj: Any, *, dtype: str = "float32") -> bytes:
-    """``obj`` as one binary frame (``docs/wire.md``): the data plane's encoding.
+    """``obj`` as one binary frame (``docs/contract.md``, "The wire"): the data plane's encoding.
 
     Layout: :data:`FRAME_MAGIC` (4 bytes), the header's length ``H`` as a
     little-endian uint32, ``H`` bytes of UTF-8 JSON (the value's JSON
@@ -449,3 +450,77 @@ def _validated(obj: Any) -> Any:
     if isinstance(obj, (TokenBundle, HiddenBundle, SampleBundle)):
         validate(obj)
     return obj
+
+
+_BUNDLE_KINDS = {"token_bundle": TokenBundle, "hidden_bundle": HiddenBundle, "sample_bundle": SampleBundle}
+
+
+def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
+                    max_bytes: int = MAX_FRAME_BYTES) -> Any:
+    """A bundle as it was sent, for a transport: the structure is checked, the values are not.
+
+    The object must be a bundle kind with exactly its fields, and binary
+    hidden values must have the length their dtype and shape say; every
+    value is taken as it is (JSON arrays as tuples, ``NaN`` allowed), so a
+    bundle that breaks the contract arrives broken and its receiver's
+    :func:`validate` (or engine) refuses it with the error it would give in
+    process.  A served node reads requests this way, and the remote client
+    reads answers this way.  Anything structurally unreadable is
+    :class:`MalformedBundle`; an error object is returned as the error.
+    """
+    try:
+        if frame:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise _Bad(f"a frame is bytes, got {type(data).__name__}")
+            data = bytes(data)
+            if len(data) > max_bytes:
+                raise _Bad(f"frame is {len(data)} bytes, over the limit of {max_bytes}")
+            if len(data) < 8 or data[:4] != FRAME_MAGIC:
+                raise _Bad(f"a frame starts with {FRAME_MAGIC!r} and a 4-byte header length")
+            (size,) = struct.unpack_from("<I", data, 4)
+            if size > _MAX_HEADER_BYTES or 8 + size > len(data):
+                raise _Bad(f"frame header of {size} bytes does not fit a frame of {len(data)} bytes")
+            text: Any = data[8:8 + size].decode("utf-8")
+            payload: Optional[memoryview] = memoryview(data)[8 + size:]
+        else:
+            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+            if not isinstance(text, str):
+                raise _Bad(f"expected str or bytes, got {type(data).__name__}")
+            if len(text) > max_bytes:
+                raise _Bad(f"text is {len(text)} characters, over the limit of {max_bytes}")
+            payload = None
+        try:
+            obj = json.loads(text)
+        except RecursionError:
+            raise _Bad("JSON is nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise _Bad(f"not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise _Bad(f"expected a JSON object, got {_json_type(obj)}")
+        kind = obj.get("kind")
+        if kind == "error":
+            if payload is not None and len(payload):
+                raise _Bad("an error frame carries no payload")
+            return loads(json.dumps(obj, allow_nan=False))
+        cls = _BUNDLE_KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            raise _Bad(f"kind must be one of {sorted(_BUNDLE_KINDS)}, got {kind!r}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        keys = set(obj) - {"kind"}
+        if keys != set(names):
+            raise _Bad(f"{kind} must have exactly the fields {sorted(names)}, got {sorted(keys)}")
+        if payload is not None and len(payload) and cls is not HiddenBundle:
+            raise _Bad(f"a frame of kind {kind!r} carries no payload, got {len(payload)} bytes")
+        values = {}
+        for name in names:
+            value = obj[name]
+            if cls is HiddenBundle and name == "hidden" and (isinstance(value, dict) or payload is not None):
+                value = _hidden(value, f"{kind}.hidden", payload)
+            elif isinstance(value, list):
+                value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            values[name] = value
+        return cls(**values)
+    except _Bad as exc:
+        raise MalformedBundle(f"wire: {exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedBundle(f"wire: {exc}") from None

@@ -1,6 +1,6 @@
 """The reference model: the contract, read literally, over plain dicts.
 
-Written from ``CONTRACT.md`` and nothing else.  It holds, per session, the
+Written from ``docs/contract.md`` and nothing else.  It holds, per session, the
 newest epoch seen, a status and the token history cached at that epoch; it
 counts fault-rule matches and draws probabilities from its own
 ``random.Random(plan.seed)``.  It never looks at the engine under test: the

@@ -1,0 +1,182 @@
+"""Binary hidden values: arrays in bundles, base64 in JSON, frames; the checksum's test vectors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fakeshard import FakeShardEngine, HiddenBundle, MalformedBundle, SampleBundle, ShardSpec, TokenBundle, validate
+from fakeshard import wire
+from fakeshard.contract import hidden_checksum
+
+# docs/contract.md, "The hidden checksum": these pin the algorithm for other languages.
+VECTORS = [
+    ("s1", 0, 0, 1, [[0.5, -0.25, 0.0, 1.0]], "312b2ef2fb97af6d"),
+    ("s1", 3, 7, 2, [[0.5, -0.25, 0.0, 1.0], [0.1, 2.0, -3.5, 0.001]], "7b63b92c3c4e018d"),
+    ("模型-ü", 1, 0, 5, [[-1.0, 0.999969482421875, 0.0, -0.0]], "f9b6158613c79956"),
+]
+FIRST_FRAME_HEADER = (b'{"kind":"hidden_bundle","contract":"1","session_id":"s1","epoch":0,"start_pos":0,'
+                      b'"layer":1,"hidden":{"dtype":"float32","shape":[1,4]},"checksum":"312b2ef2fb97af6d"}')
+
+
+@pytest.mark.parametrize("sid,epoch,start,layer,rows,checksum", VECTORS)
+def test_checksum_vectors(sid, epoch, start, layer, rows, checksum):
+    assert hidden_checksum(sid, epoch, start, layer, rows) == checksum
+    assert hidden_checksum(sid, epoch, start, layer, np.array(rows, dtype=np.float32)) == checksum
+
+
+def test_first_vector_frame_is_pinned_byte_for_byte():
+    bundle = HiddenBundle.sealed("s1", 0, 0, 1, np.array([[0.5, -0.25, 0.0, 1.0]], dtype=np.float32))
+    frame = wire.dumpb(bundle)
+    assert frame == (b"FSB1" + struct.pack("<I", len(FIRST_FRAME_HEADER)) + FIRST_FRAME_HEADER
+                     + bytes.fromhex("0000003f000080be000000000000803f"))
+    assert len(FIRST_FRAME_HEADER) == 0xA4
+
+
+def _head_output(width=64, n=5):
+    spec = ShardSpec("wire-bin", 4, 0, 2, hidden_size=width)
+    return FakeShardEngine(spec).prefill(TokenBundle("s", 2, 0, tuple(range(n))))
+
+
+def test_engines_answer_with_frozen_float32_arrays_equal_to_their_rows():
+    out = _head_output()
+    assert isinstance(out.hidden, np.ndarray) and out.hidden.dtype == np.float32
+    assert not out.hidden.flags.writeable
+    with pytest.raises(ValueError):
+        out.hidden[0, 0] = 1.0
+    as_rows = HiddenBundle(out.session_id, out.epoch, out.start_pos, out.layer, out.rows(), out.checksum)
+    assert as_rows == out and hash(as_rows) == hash(out) and validate(as_rows) is as_rows
+
+
+def test_a_writable_array_is_copied_so_the_bundle_cannot_change():
+    values = np.zeros((2, 4), dtype=np.float32)
+    bundle = HiddenBundle.sealed("s", 0, 0, 1, values)
+    values[0, 0] = 7.0
+    assert bundle.hidden[0, 0] == 0.0 and validate(bundle) is bundle
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_frame_and_base64_round_trip(dtype):
+    out = _head_output()
+    for back in (wire.loadb(wire.dumpb(out, dtype=dtype)), wire.loads(wire.dumps(out, hidden="base64", dtype=dtype))):
+        validate(back)
+        if dtype == "float32":
+            assert back == out
+        else:  # rounded to half precision, resealed: valid, close, not equal
+            assert back.hidden.dtype == np.float16
+            assert np.allclose(back.hidden.astype(np.float32), out.hidden, atol=1e-3)
+
+
+def test_float16_keeps_a_broken_checksum_broken():
+    out = _head_output()
+    broken = HiddenBundle(out.session_id, out.epoch, out.start_pos, out.layer, out.hidden, "0" * 16)
+    with pytest.raises(MalformedBundle, match="checksum"):
+        wire.loadb(wire.dumpb(broken, dtype="float16"))
+
+
+def test_sizes_of_the_binary_forms():
+    out = _head_output(width=256, n=32)
+    raw = out.hidden.nbytes
+    assert len(wire.dumpb(out)) <= 1.05 * raw
+    assert len(wire.dumps(out, hidden="base64")) <= 1.4 * raw
+
+
+def _frame(header: dict, payload: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return b"FSB1" + struct.pack("<I", len(head)) + head + payload
+
+
+def _bad_frames():
+    out = _head_output(width=8, n=2)
+    good = wire.dumpb(out)
+    (size,) = struct.unpack_from("<I", good, 4)
+    header = json.loads(good[8:8 + size])
+    payload = good[8 + size:]
+    nan = np.array(out.hidden)
+    nan[1, 3] = np.nan
+    return {
+        "wrong magic": b"FSB2" + good[4:],
+        "truncated header": good[:8 + size - 3],
+        "truncated payload": good[:-1],
+        "trailing bytes": good + b"\0",
+        "too short": good[:6],
+        "header length past the end": b"FSB1" + struct.pack("<I", 2**31) + good[8:],
+        "header not JSON": b"FSB1" + struct.pack("<I", 3) + b"{x}" + payload,
+        "header not UTF-8": b"FSB1" + struct.pack("<I", 2) + b"\xff\xfe",
+        "unknown dtype": _frame({**header, "hidden": {"dtype": "float64", "shape": [2, 8]}}, payload),
+        "wrong shape": _frame({**header, "hidden": {"dtype": "float32", "shape": [3, 8]}}, payload),
+        "negative shape": _frame({**header, "hidden": {"dtype": "float32", "shape": [-2, -8]}}, payload),
+        "shape of three": _frame({**header, "hidden": {"dtype": "float32", "shape": [2, 4, 2]}}, payload),
+        "base64 inside a frame": _frame({**header, "hidden": {"dtype": "float32", "shape": [2, 8],
+                                                              "base64": ""}}, payload),
+        "rows and a payload": _frame({**header, "hidden": [[0.0] * 8] * 2}, payload),
+        "NaN": _frame(header, nan.astype("<f4").tobytes()),
+        "payload on a sample": _frame(json.loads(wire.dumps(SampleBundle("s", 0, 1, 2))), b"\0\0\0\0"),
+        "checksum": _frame({**header, "checksum": "0" * 16}, payload),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_bad_frames()))
+def test_bad_frames_are_malformed(name):
+    with pytest.raises(MalformedBundle):
+        wire.loadb(_bad_frames()[name])
+
+
+def test_an_oversized_frame_is_malformed():
+    frame = wire.dumpb(_head_output())
+    with pytest.raises(MalformedBundle, match="over the limit"):
+        wire.loadb(frame, max_bytes=len(frame) - 1)
+    assert wire.loadb(frame, max_bytes=len(frame)) == _head_output()
+
+
+def test_bad_base64_is_malformed():
+    doc = json.loads(wire.dumps(_head_output(width=8, n=2), hidden="base64"))
+    for hidden in ({**doc["hidden"], "base64": "not base64!"},
+                   {**doc["hidden"], "base64": base64.b64encode(b"\0" * 60).decode()},
+                   {**doc["hidden"], "base64": 5},
+                   {"dtype": "float32", "shape": [2, 8]},
+                   {**doc["hidden"], "dtype": "int8"}):
+        with pytest.raises(MalformedBundle):
+            wire.loads(json.dumps({**doc, "hidden": hidden}))
+
+
+@given(st.binary(max_size=300))
+def test_junk_is_malformed_and_nothing_else(data):
+    for candidate in (data, b"FSB1" + data):
+        try:
+            wire.loadb(candidate)
+        except MalformedBundle:
+            pass
+        try:
+            wire.loads_unchecked(candidate, frame=True)
+        except MalformedBundle:
+            pass
+
+
+@given(st.integers(0, 200), st.integers(0, 255))
+def test_mutated_frames_are_malformed_or_valid(index, byte):
+    frame = bytearray(wire.dumpb(_head_output(width=8, n=2)))
+    frame[index % len(frame)] = byte
+    try:
+        validate(wire.loadb(bytes(frame)))
+    except MalformedBundle:
+        pass
+
+
+def test_unchecked_reading_keeps_a_broken_bundle_for_its_receiver():
+    out = _head_output(width=8, n=2)
+    broken = HiddenBundle(out.session_id, out.epoch, out.start_pos, out.layer, out.hidden, "0" * 16)
+    with pytest.raises(MalformedBundle):
+        wire.loadb(wire.dumpb(broken))
+    back = wire.loads_unchecked(wire.dumpb(broken), frame=True)
+    assert back == broken
+    token = TokenBundle("s", 0, 0, ("7", 2))
+    assert wire.loads_unchecked(wire.dumps(token)) == token
+    with pytest.raises(MalformedBundle):
+        wire.loads_unchecked('{"kind": "fault_plan", "contract": "1"}')
