@@ -110,10 +110,27 @@ class RemoteShardEngine:
             raise ValueError(f"encoding must be 'frame' or 'json', got {encoding!r}")
         self.url = url.rstrip("/")
         self.encoding, self.clock, self.control, self.name = encoding, clock, control, name
-        self._client = client if client is not None else _new_client(timeout)
+        if client is None:
+            client = _new_client(timeout)
+            # An engine that made its pool closes it when it goes (or on close()).
+            self._finalizer: Optional[weakref.finalize] = weakref.finalize(self, client.close)
+        else:
+            self._finalizer = None
+        self._client = client
         state = self._state()
         self.spec: ShardSpec = ShardSpec(**state["spec"])
         self.evidence_class: str = state["evidence_class"]
+
+    def close(self) -> None:
+        """Close the connection pool this engine made (a shared one is its owner's to close)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "RemoteShardEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         s = self.spec
@@ -283,8 +300,11 @@ class ClusterClient:
         """A client for node ``name`` (knowing the control port)."""
         url = self.nodes()[name]["url"] if name not in self.roster.get("nodes", {}) \
             else self.roster["nodes"][name]["url"]
+        # Engines share this client's pool, unless they need a timeout of their own.
+        shared = self._client if timeout is None or timeout == self.timeout else None
         return RemoteShardEngine(url, timeout=self.timeout if timeout is None else timeout,
-                                 encoding=self.encoding, clock=clock, control=self.control, name=name)
+                                 encoding=self.encoding, clock=clock, control=self.control, name=name,
+                                 client=shared)
 
     def add(self, spec: ShardSpec, *, name: Optional[str] = None, seed: int = 0,
             capacity_tokens: Optional[int] = None, faults: Optional[FaultPlan] = None) -> dict[str, Any]:
@@ -381,10 +401,10 @@ def _serve_process(topology: Any, *, host: str, time_scale: float) -> Iterator[d
         finally:
             proc.terminate()
             try:
-                proc.wait(timeout=10)
+                proc.communicate(timeout=10)
             except subprocess.TimeoutExpired:  # pragma: no cover - a server that ignores SIGTERM
                 proc.kill()
-                proc.wait()
+                proc.communicate()
 
 
 def _popen(argv: list[str]) -> "subprocess.Popen[str]":

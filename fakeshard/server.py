@@ -232,6 +232,8 @@ class Node:
             await self._site.stop()
             self._site = None
             self._drop_connections()
+            for _ in range(3):  # let the loop close the sockets before the admin call answers
+                await asyncio.sleep(0)
         elif mode == "hang":
             self._healed.clear()
 

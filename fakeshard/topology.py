@@ -141,8 +141,8 @@ class Topology:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise TopologyError(f"node names must be unique, repeated: {dupes}")
-        topology = cls(model_id, _int(model, "n_layers", "model", 1), _int(model, "hidden_size", "model", 4),
-                       _int(model, "vocab_size", "model", 2), tuple(nodes), seed, engine,
+        topology = cls(model_id, _int(model, "n_layers", "model", 1), _int(model, "hidden_size", "model", 4, 8),
+                       _int(model, "vocab_size", "model", 2, 256), tuple(nodes), seed, engine,
                        _int(top, "control_port", "topology", 0, 0))
         for i, node in enumerate(nodes):
             try:

@@ -1,0 +1,451 @@
+"""Served nodes: HTTP API v1 on loopback, the network's faults, concurrency, and bad input.
+
+Every network test talks to 127.0.0.1 only, and every loop is bounded in
+count and in time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fakeshard import (
+    CacheMiss,
+    Crash,
+    Delay,
+    DropResponse,
+    EngineCrashed,
+    FakeShardEngine,
+    FaultPlan,
+    FaultRule,
+    MalformedBundle,
+    Pipeline,
+    PositionMismatch,
+    ResponseLost,
+    SessionReleased,
+    ShardSpec,
+    StaleEpoch,
+    TokenBundle,
+    wire,
+)
+from fakeshard.remote import RemoteError, RemoteShardEngine, serve
+from fakeshard.server import ERROR_STATUS, HTTP_ERROR_CODES
+from fakeshard.topology import Topology, TopologyError
+
+pytest.importorskip("aiohttp")
+
+SPEC = ShardSpec("served", 6, 0, 6, hidden_size=8, vocab_size=64)
+RANGES = {"head": (0, 2), "mid": (2, 4), "tail": (4, 6)}
+
+
+def topology(**nodes_extra) -> dict:
+    nodes = [{"name": name, "start_layer": a, "end_layer": b, **nodes_extra.get(name, {})}
+             for name, (a, b) in RANGES.items()]
+    return {"model": {"model_id": SPEC.model_id, "n_layers": 6, "hidden_size": 8, "vocab_size": 64,
+                      "seed": 3},
+            "nodes": nodes + [{"name": "spare", "start_layer": 0, "end_layer": 6}]}
+
+
+@pytest.fixture
+def cluster():
+    with serve(topology(), time_scale=1.0, timeout=10.0) as c:
+        yield c
+
+
+def fault_free(prompt, n):
+    return Pipeline([FakeShardEngine(SPEC, seed=3)]).generate("ref", prompt, n)
+
+
+def pipeline(cluster, **kwargs) -> Pipeline:
+    return Pipeline([cluster.engine(name, **kwargs) for name in RANGES])
+
+
+def test_a_served_pipeline_gives_the_fault_free_tokens(cluster):
+    assert pipeline(cluster).generate("s", [1, 2, 3], 6) == fault_free([1, 2, 3], 6)
+    head = cluster.engine("head")
+    assert head.session("s").cached_tokens == 8 and head.used_tokens == 8
+    assert head.evidence_class == "fixture" and head.spec == SPEC.with_layers(0, 2)
+
+
+def test_json_and_frames_answer_alike(cluster):
+    frame = cluster.engine("head")
+    text = RemoteShardEngine(cluster.nodes()["head"]["url"], encoding="json")
+    a = frame.prefill(TokenBundle("a", 0, 0, (4, 5)))
+    b = text.prefill(TokenBundle("b", 0, 0, (4, 5)))
+    assert a.rows() == b.rows() and a.layer == b.layer == 2
+
+
+@pytest.mark.parametrize("hidden", ["floats", "base64"])
+def test_plain_http_speaks_json(cluster, hidden):
+    url = cluster.nodes()["head"]["url"]
+    body = wire.dumps(TokenBundle("h", 0, 0, (1, 2)))
+    r = httpx.post(f"{url}/v1/prefill?hidden={hidden}", content=body,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    out = wire.loads(r.text)
+    assert out.start_pos == 0 and len(out.rows()) == 2
+    assert isinstance(r.json()["hidden"], list if hidden == "floats" else dict)
+    assert float(r.headers["Fakeshard-Delay"]) == 0.0
+
+
+def test_errors_are_typed_with_their_fields_and_status(cluster):
+    head = cluster.engine("head")
+    head.prefill(TokenBundle("e", 1, 0, (1, 2)))
+    with pytest.raises(PositionMismatch) as pm:
+        head.decode(TokenBundle("e", 1, 5, (1,)))
+    assert (pm.value.expected, pm.value.got, pm.value.session_id, pm.value.epoch) == (2, 5, "e", 1)
+    with pytest.raises(StaleEpoch):
+        head.decode(TokenBundle("e", 0, 2, (1,)))
+    with pytest.raises(CacheMiss) as miss:
+        head.decode(TokenBundle("e", 2, 2, (1,)))
+    assert miss.value.expected == 0
+    head.release("e", 1)
+    with pytest.raises(SessionReleased):
+        head.decode(TokenBundle("e", 1, 2, (1,)))
+    url = cluster.nodes()["head"]["url"]
+    r = httpx.post(url + "/v1/decode", content=wire.dumps(TokenBundle("e", 1, 2, (1,))),
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == ERROR_STATUS["released"] == 409 and r.json()["code"] == "released"
+
+
+def test_crash_and_restart_through_the_control_port(cluster):
+    head = cluster.engine("head")
+    head.prefill(TokenBundle("c", 0, 0, (1,)))
+    cluster.crash("head")
+    with pytest.raises(EngineCrashed):
+        head.decode(TokenBundle("c", 0, 1, (1,)))
+    assert head.session("c") is None and head.crashed
+    head.restart()
+    assert not head.crashed and head.used_tokens == 0
+
+
+def test_a_crash_fault_answers_engine_crashed_until_restarted(cluster):
+    cluster.set_faults("mid", FaultPlan((FaultRule(Crash(), op="decode"),)))
+    pipe = pipeline(cluster)
+    sample = pipe.prefill("f", 0, 0, [1, 2])
+    with pytest.raises(EngineCrashed):
+        pipe.decode("f", 0, sample.pos, sample.token)
+    assert pipe.last_failed_stage == 1
+    hidden = cluster.engine("head").prefill(TokenBundle("g", 0, 0, (1,)))
+    with pytest.raises(EngineCrashed):  # still down, whatever the call
+        cluster.engine("mid").prefill(hidden)
+    cluster.restart("mid")
+    assert cluster.engine("mid").prefill(hidden).layer == 4
+    assert [f["fault"]["type"] for f in cluster.log("mid")] == ["crash"]
+
+
+def test_a_dropped_response_was_applied(cluster):
+    cluster.set_faults("head", FaultPlan((FaultRule(DropResponse(), op="prefill"),)))
+    head = cluster.engine("head")
+    with pytest.raises(ResponseLost):
+        head.prefill(TokenBundle("d", 0, 0, (1, 2, 3)))
+    assert head.session("d").cached_tokens == 3
+    assert head.prefill(TokenBundle("d2", 0, 0, (1,))).start_pos == 0  # the node serves on
+
+
+def test_a_delay_takes_real_time_without_holding_up_other_nodes(cluster):
+    cluster.set_faults("head", FaultPlan((FaultRule(Delay(30.0), op="prefill"),)))
+    slow = threading.Thread(target=lambda: _swallow(lambda: cluster.engine("head", timeout=60).prefill(
+        TokenBundle("slow", 0, 0, (1,)))), daemon=True)
+    slow.start()
+    # The head is busy sleeping for 30 s; the other nodes answer meanwhile.
+    tail = cluster.engine("spare")
+    assert tail.prefill(TokenBundle("fast", 0, 0, (1,))).pos == 1
+    assert cluster.engine("mid").used_tokens == 0
+    assert slow.is_alive()
+    cluster.restart("head")  # leaves the slow call to finish in its own time
+
+
+def _swallow(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+def test_delays_are_reported_to_a_virtual_clock(cluster):
+    from fakeshard import VirtualClock
+
+    cluster.set_faults("tail", FaultPlan((FaultRule(Delay(0.25), count=None),)))
+    clock = VirtualClock()
+    with serve(topology(), time_scale=0.0) as fast:
+        fast.set_faults("tail", FaultPlan((FaultRule(Delay(0.25), count=None),)))
+        tail_in = [fast.engine("head"), fast.engine("mid"), fast.engine("tail", clock=clock)]
+        Pipeline(tail_in).generate("v", [1, 2], 3)
+    assert clock.now() == 0.75
+
+
+def test_partition_refuse_is_engine_crashed_and_heals(cluster):
+    head = cluster.engine("head")
+    head.prefill(TokenBundle("p", 0, 0, (1,)))
+    cluster.partition("head", "refuse")
+    with pytest.raises(EngineCrashed):
+        head.decode(TokenBundle("p", 0, 1, (1,)))
+    assert cluster.nodes()["head"]["partition"] == "refuse"
+    cluster.heal("head")
+    assert head.decode(TokenBundle("p", 0, 1, (1,))).start_pos == 1  # the node kept its state
+
+
+def test_partition_hang_is_response_lost_and_not_applied(cluster):
+    head = cluster.engine("head", timeout=0.5)
+    cluster.partition("head", "hang")
+    with pytest.raises(ResponseLost):
+        head.prefill(TokenBundle("h", 0, 0, (1, 2)))
+    cluster.heal("head")
+    assert cluster.engine("head").session("h") is None
+
+
+def test_partition_reset_is_response_lost_and_applied(cluster):
+    head = cluster.engine("head")
+    cluster.partition("head", "reset")
+    with pytest.raises(ResponseLost):
+        head.prefill(TokenBundle("r", 0, 0, (1, 2)))
+    cluster.heal("head")
+    assert head.session("r").cached_tokens == 2
+
+
+def test_a_coordinator_recovers_through_every_network_fault(cluster):
+    """Re-route to the spare with an epoch bump and a replay: the stream is the fault-free one."""
+    prompt, want = [3, 1, 4], fault_free([3, 1, 4], 8)
+    cluster.partition("mid", "reset")
+    pipe = pipeline(cluster)
+    spare = Pipeline([cluster.engine("spare")])
+    epoch, history, got = 0, list(prompt), []
+    sample = None
+    for attempt in range(20):
+        try:
+            if sample is None:
+                sample = pipe.prefill("co", epoch, 0, history)
+            while len(got) < 8:
+                got.append(sample.token)
+                history.append(sample.token)
+                if len(got) < 8:
+                    sample = pipe.decode("co", epoch, sample.pos, sample.token)
+            break
+        except (ResponseLost, EngineCrashed, MalformedBundle):
+            # Re-route to the spare at a new epoch and replay everything known so far.
+            epoch, pipe, sample = epoch + 1, spare, None
+            history = list(prompt) + got
+    assert got == want and epoch == 1
+
+
+def test_concurrent_clients_lose_nothing(cluster):
+    """32 clients, bounded by 10 s and 4 sessions each: every stream equals the fault-free one."""
+    deadline = time.monotonic() + 10.0
+    results: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+    prompts = {f"c{i}-{k}": [i % 60, k, 7] for i in range(32) for k in range(4)}
+
+    def client(i: int) -> None:
+        try:
+            pipe = pipeline(cluster)
+            for k in range(4):
+                if time.monotonic() > deadline:
+                    return
+                sid = f"c{i}-{k}"
+                results[sid] = pipe.generate(sid, prompts[sid], 4)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    assert results and all(results[sid] == fault_free(prompts[sid], 4) for sid in results)
+    for name in RANGES:
+        node = cluster.engine(name)
+        assert node.used_tokens == sum(node.session(sid).cached_tokens for sid in results)
+
+
+def test_unknown_routes_methods_and_nodes_are_typed(cluster):
+    url = cluster.nodes()["head"]["url"]
+    cases = [
+        ("GET", url + "/v1/nope", 404), ("GET", url + "/v1/prefill", 405),
+        ("DELETE", url + "/v1/state", 405), ("GET", url + "/v1/sessions/none-such", 404),
+        ("POST", cluster.control + "/v1/nodes/ghost/crash", 404),
+        ("GET", cluster.control + "/v1/nodes/ghost/log", 404),
+    ]
+    for method, target, status in cases:
+        r = httpx.request(method, target)
+        assert r.status_code == status and r.json()["kind"] == "error", (method, target, r.text)
+    r = httpx.post(url + "/v1/prefill", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["code"] == "unsupported_media_type"
+    with pytest.raises(RemoteError):
+        cluster.partition("head", "sideways")
+
+
+def test_control_adds_and_removes_nodes(cluster):
+    added = cluster.add(SPEC.with_layers(2, 4), name="extra", capacity_tokens=3)
+    engine = RemoteShardEngine(added["url"])
+    assert engine.capacity_tokens == 3 and engine.spec == SPEC.with_layers(2, 4)
+    with pytest.raises(RemoteError) as taken:
+        cluster.add(SPEC, name="extra")
+    assert taken.value.status == 409
+    cluster.remove("extra")
+    with pytest.raises(EngineCrashed):
+        engine.used_tokens
+
+
+def _mutations(good: dict[str, bytes], rng) -> tuple[str, str, bytes, str]:
+    """One request: a method, a path, a body and a content type, each possibly wrong."""
+    paths = ["/v1/prefill", "/v1/decode", "/v1/cancel", "/v1/release", "/v1/state", "/v1/sessions/s",
+             "/v1/sessions/%ZZ", "/v1/" + "x" * rng.randrange(1, 300), "/", "/v1/prefill/extra"]
+    path = rng.choice(paths)
+    method = rng.choice(["POST", "POST", "POST", "GET", "PUT", "DELETE", "PATCH"])
+    body = bytearray(rng.choice(list(good.values())))
+    for _ in range(rng.randrange(0, 6)):
+        if body and rng.random() < 0.5:
+            i = rng.randrange(len(body))
+            body[i] = rng.randrange(256)
+        elif body and rng.random() < 0.5:
+            del body[rng.randrange(len(body)):]
+        else:
+            body[rng.randrange(len(body) + 1):0] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+    kind = rng.choice(["application/json", "application/vnd.fakeshard.frame", "text/plain", "",
+                       "application/json; charset=latin-1"])
+    return method, path, bytes(body), kind
+
+
+def test_ten_thousand_mutated_requests_get_only_documented_answers():
+    """Bounded: 10,000 requests or 240 s, whichever comes first; loopback only."""
+    import random
+
+    rng = random.Random(20261130)
+    documented = set(ERROR_STATUS.values()) | set(HTTP_ERROR_CODES.values()) | {200}
+    good = {
+        "token": wire.dumps(TokenBundle("s", 0, 0, (1, 2))).encode(),
+        "decode": wire.dumps(TokenBundle("s", 0, 2, (1,))).encode(),
+        "frame": wire.dumpb(TokenBundle("s", 0, 0, (3,))),
+        "close": b'{"session_id": "s", "epoch": 0}',
+        "hidden": wire.dumpb(FakeShardEngine(SPEC.with_layers(0, 2)).prefill(TokenBundle("s", 0, 0, (1, 2)))),
+    }
+    with serve(topology(), time_scale=0.0) as c:
+        url = c.nodes()["head"]["url"]
+        outside, sent, deadline = [], 0, time.monotonic() + 240
+        with httpx.Client(timeout=10.0) as client:
+            while sent < 10_000 and time.monotonic() < deadline:
+                method, path, body, kind = _mutations(good, rng)
+                headers = {"Content-Type": kind} if kind else {}
+                r = client.request(method, url + path, content=body, headers=headers)
+                sent += 1
+                ok_body = r.status_code == 200 or (r.json().get("kind") == "error" and "code" in r.json())
+                if r.status_code not in documented or not ok_body:
+                    outside.append((method, path, body[:80], r.status_code, r.text[:200]))
+        assert sent == 10_000, f"only {sent} requests within the time bound"
+        assert outside == []
+        head = c.engine("head")  # still serving correct answers
+        head.restart()
+        assert Pipeline([head, c.engine("mid"), c.engine("tail")]).generate("after", [1, 2, 3], 4) \
+            == fault_free([1, 2, 3], 4)
+
+
+def test_an_oversized_body_is_payload_too_large(cluster):
+    from fakeshard import server
+
+    url = cluster.nodes()["head"]["url"]
+    r = httpx.post(url + "/v1/prefill", content=b" " * (server.MAX_BODY_BYTES + 1),
+                   headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+
+
+def test_the_schemas_accept_every_message_the_server_sends(cluster):
+    jsonschema = pytest.importorskip("jsonschema")
+    from fakeshard.schema import schema
+
+    def check(name, doc):
+        jsonschema.validate(doc, schema(name))
+
+    head = cluster.engine("head")
+    url = cluster.nodes()["head"]["url"]
+    token = TokenBundle("j", 0, 0, (1, 2))
+    check("token_bundle", json.loads(wire.dumps(token)))
+    for form in ("floats", "base64"):
+        r = httpx.post(f"{url}/v1/prefill?hidden={form}", content=wire.dumps(TokenBundle(f"j{form}", 0, 0, (1,))),
+                       headers={"Content-Type": "application/json"})
+        check("hidden_bundle", r.json())
+    check("session_view", httpx.get(url + "/v1/sessions/jfloats").json())
+    check("node_state", httpx.get(url + "/v1/state").json())
+    check("roster", httpx.get(cluster.control + "/v1/nodes").json())
+    check("error", httpx.post(url + "/v1/decode", content=wire.dumps(TokenBundle("j", 0, 9, (1,))),
+                              headers={"Content-Type": "application/json"}).json())
+    check("error", httpx.get(url + "/v1/nope").json())
+    plan = FaultPlan((FaultRule(Delay(0.5), op="decode", session_id="x", nth=2, count=None, probability=0.5),
+                      FaultRule(DropResponse())), seed=4)
+    check("fault_plan", json.loads(wire.dumps(plan)))
+    check("fault_rule", json.loads(wire.dumps(plan.rules[0])))
+    check("sample_bundle", json.loads(wire.dumps(Pipeline([FakeShardEngine(SPEC)]).prefill("q", 0, 0, [1]))))
+    check("ok", httpx.post(url + "/v1/release", json={"session_id": "j", "epoch": 0}).json())
+    cluster.set_faults("head", FaultPlan((FaultRule(Delay(0.0), count=None),)))
+    head.prefill(TokenBundle("k", 0, 0, (1,)))
+    log = httpx.get(cluster.control + "/v1/nodes/head/log").json()
+    assert len(log["fired"]) == 1
+    check("fault_log", log)
+    with pytest.raises(jsonschema.ValidationError):
+        check("token_bundle", {**json.loads(wire.dumps(token)), "epoch": "0"})
+    assert head.spec.role.value == "head"
+
+
+def test_bad_topologies_name_the_field(tmp_path):
+    good = topology()
+    for broken, field in [
+        ({**good, "nodes": [{"name": "x y", "start_layer": 0, "end_layer": 2}]}, "name"),
+        ({**good, "nodes": [{"name": "a", "start_layer": 4, "end_layer": 2}]}, "start_layer"),
+        ({**good, "model": {**good["model"], "n_layers": 0}}, "n_layers"),
+        ({**good, "nodes": good["nodes"] + good["nodes"][:1]}, "unique"),
+        ({**good, "extra": 1}, "unknown"),
+        ({**good, "nodes": [{"name": "a", "start_layer": 0, "end_layer": 6, "faults": {"kind": "x"}}]}, "faults"),
+    ]:
+        with pytest.raises(TopologyError, match=field):
+            Topology.from_dict(broken)
+    with pytest.raises(TopologyError, match="cannot read"):
+        Topology.load(tmp_path / "missing.json")
+
+
+def test_a_topology_runs_in_a_separate_process():
+    with serve(topology(), subprocess=True) as c:
+        assert pipeline(c).generate("sp", [9, 8], 3) == fault_free([9, 8], 3)
+        c.partition("tail", "refuse")
+        with pytest.raises(EngineCrashed):
+            c.engine("mid")  # the engine itself is fine; only the tail is unreachable
+            c.engine("tail")
+        c.heal("tail")
+        assert c.engine("tail").used_tokens == 4  # the prompt and the first two new tokens
+
+
+def test_serve_writes_the_roster_and_stops_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "topology.json"
+    path.write_text(json.dumps(topology()))
+    roster = tmp_path / "roster.json"
+    with subprocess.Popen([sys.executable, "-m", "fakeshard", "serve", str(path), "--roster", str(roster)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            line = proc.stdout.readline()
+            assert json.loads(line) == json.loads(roster.read_text())
+            assert set(json.loads(line)["nodes"]) == {"head", "mid", "tail", "spare"}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+
+
+def test_serve_refuses_a_bad_topology_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "topology.json"
+    path.write_text('{"model": {}, "nodes": []}')
+    result = subprocess.run([sys.executable, "-m", "fakeshard", "serve", str(path)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "model_id" in result.stderr
+    assert not Path(str(path) + ".tmp").exists()
