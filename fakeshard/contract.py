@@ -302,7 +302,8 @@ def hidden_checksum(
         with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, as any cast
             values = np.ascontiguousarray(values, dtype=_F32_LE)
     digest = xxhash.xxh3_64(header.encode("utf-8", "surrogatepass"))
-    digest.update(memoryview(values).cast("B"))
+    if values.size:
+        digest.update(memoryview(values).cast("B"))
     return digest.hexdigest()
 
 

@@ -7,9 +7,11 @@ adapter: the engine keeps every session rule, and the server only moves
 bundles and errors, applies the network's own faults, and never answers
 anything outside the documented set.
 
-* Each call is atomic: a node runs its engine calls one at a time on its own
-  worker thread, so nothing interleaves inside one engine call, and nodes
-  compute in parallel.
+* Each call is atomic: a node runs its engine calls one at a time (an
+  asyncio lock per node), so nothing interleaves inside one engine call.
+  Small calls run on the event loop; a large prefill and every call of a
+  real-model engine run on the node's own worker thread, so nodes compute
+  in parallel and the loop keeps answering meanwhile.
 * ``Delay`` takes real time, scaled by ``time_scale``, awaited after the
   call without holding up the node's event loop or any other node; every
   answer reports the node's virtual delay in the ``Fakeshard-Delay``
@@ -79,6 +81,8 @@ HTTP_ERROR_CODES = {
     "unsupported_media_type": 415,
     "not_supported": 501,
 }
+#: A request body larger than this runs its engine call on the node's worker thread.
+_HEAVY_BYTES = 64 * 1024
 #: Largest request body a node or the control port reads (a prefill of 8,192 positions at 8,192 wide).
 MAX_BODY_BYTES = 256 * 1024 * 1024 + 1024 * 1024
 
@@ -179,6 +183,8 @@ class Node:
         self.partition: Optional[str] = None
         self._healed = asyncio.Event()
         self._healed.set()
+        self._calls = asyncio.Lock()  # one engine call at a time
+        self._always_worker = getattr(engine, "evidence_class", "") == "real-model"
         self._transports: "weakref.WeakSet[asyncio.BaseTransport]" = weakref.WeakSet()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fakeshard-{name}")
         self._site: Optional[web.SockSite] = None
@@ -269,15 +275,24 @@ class Node:
 
     # -- engine calls --------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, Optional[ShardError], float]:
-        """``fn(*args)`` on the node's worker: (result, error, virtual seconds it took)."""
+    async def _run(self, fn: Callable[..., Any], *args: Any, heavy: bool = False
+                   ) -> tuple[Any, Optional[ShardError], float]:
+        """``fn(*args)`` alone on the engine: (result, error, virtual seconds it took).
+
+        The call's ``Delay`` is slept after the node's lock is released, so
+        it holds up no other call.
+        """
         def call() -> tuple[Any, Optional[ShardError], float]:
             before = self.clock.now()
             try:
                 return fn(*args), None, self.clock.now() - before
             except ShardError as err:
                 return None, err, self.clock.now() - before
-        result, error, took = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        async with self._calls:
+            if heavy or self._always_worker:
+                result, error, took = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            else:
+                result, error, took = call()
         if took > 0 and self.time_scale > 0:
             await asyncio.sleep(took * self.time_scale)
         return result, error, took
@@ -314,7 +329,7 @@ class Node:
             bundle, reason = UnreadableBody(), exc.message
         if isinstance(bundle, ShardError):  # an error object is no bundle either
             bundle, reason = UnreadableBody(), "wire: an error object is not a bundle"
-        out, error, took = await self._run(getattr(self.engine, op), bundle)
+        out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > _HEAVY_BYTES)
         if reason is not None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{error.message} ({reason})")
         if error is not None:
@@ -383,7 +398,7 @@ class Node:
     # -- admin ---------------------------------------------------------------
 
     async def admin(self, what: str, *args: Any) -> Any:
-        """Run an admin action on the node's worker (atomic with respect to its calls)."""
+        """Run an admin action alone on the engine (atomic with respect to its calls)."""
         def action() -> Any:
             engine = self.engine
             if what == "crash":
@@ -401,7 +416,8 @@ class Node:
                          "fault": json.loads(wire.dumps(FaultPlan((_rule_of(f.fault),))))["rules"][0]["fault"]}
                         for f in getattr(engine, "fault_log", ())]
             return None
-        return await asyncio.get_running_loop().run_in_executor(self._executor, action)
+        async with self._calls:
+            return action()
 
 
 def _rule_of(fault: Any) -> Any:

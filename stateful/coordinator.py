@@ -16,26 +16,39 @@ from typing import Any, Sequence
 from fakeshard import EngineCrashed, Pipeline, ShardError, wire
 
 
-class WireLink:
-    """A node seen across a network: every bundle and error crosses as JSON text.
+#: How a link encodes bundles: readable JSON, base64 inside JSON, or the binary frame.
+LINK_FORMS = ("json", "base64", "frame")
 
-    Inputs and outputs go through :func:`fakeshard.wire.dumps` and ``loads``
-    (so an output that breaks the contract visibly is refused on arrival) and
-    errors come back through the wire too, as a remote node's would.
+
+def _across(value: Any, form: str) -> Any:
+    if form == "frame":
+        return wire.loadb(wire.dumpb(value))
+    return wire.loads(wire.dumps(value, hidden="base64" if form == "base64" else "floats"))
+
+
+class WireLink:
+    """A node seen across a network: every bundle and error crosses the wire.
+
+    Inputs and outputs go through one of the wire's forms (``form``: JSON,
+    base64 inside JSON, or the binary frame), read strictly, so an output
+    that breaks the contract visibly is refused on arrival; errors come back
+    through the wire too, as a remote node's would.
     """
 
-    def __init__(self, node: Any) -> None:
-        self.node = node
+    def __init__(self, node: Any, form: str = "json") -> None:
+        if form not in LINK_FORMS:
+            raise ValueError(f"form must be one of {LINK_FORMS}, got {form!r}")
+        self.node, self.form = node, form
         self.spec = node.spec
         self.evidence_class = node.evidence_class
 
     def _call(self, op: str, *args: Any) -> Any:
-        sent = [wire.loads(wire.dumps(a)) if not isinstance(a, (str, int)) else a for a in args]
+        sent = [_across(a, self.form) if not isinstance(a, (str, int)) else a for a in args]
         try:
             out = getattr(self.node, op)(*sent)
         except ShardError as exc:
             raise wire.loads(wire.dumps(exc)) from None
-        return None if out is None else wire.loads(wire.dumps(out))
+        return None if out is None else _across(out, self.form)
 
     def prefill(self, bundle: Any) -> Any:
         return self._call("prefill", bundle)

@@ -31,7 +31,7 @@ from fakeshard import (
 from fakeshard.faults import MALFORMED_KINDS
 from fakeshard.judge import Judge
 from stateful import probes
-from stateful.coordinator import Coordinator, WireLink
+from stateful.coordinator import LINK_FORMS, Coordinator, WireLink
 from stateful.machines import RecordingMachine
 from stateful.runner import Divergence, InvalidStep
 from stateful.trace import Trace, git_commit, hypothesis_version
@@ -62,7 +62,7 @@ class FailoverRunner:
         # Node k serves range k % 3; the first three form the route, the rest are spares.
         nodes = [factory(self.spec.with_layers(*RANGES[k % len(RANGES)]), seed=seed, clock=self.clock,
                          faults=plans[k]) for k in range(N_NODES)]
-        links = [WireLink(node) for node in nodes]
+        links = [WireLink(node, LINK_FORMS[k % len(LINK_FORMS)]) for k, node in enumerate(nodes)]
         route = links[:len(RANGES)]
         spares = [[links[k] for k in range(len(RANGES), N_NODES) if k % len(RANGES) == i]
                   for i in range(len(RANGES))]

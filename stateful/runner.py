@@ -276,12 +276,27 @@ class EngineRunner:
         if isinstance(actual, ShardError) or (
             isinstance(actual, (SampleBundle, HiddenBundle)) and not _breaks_alone(actual)
         ):
-            try:
-                back = wire.loads(wire.dumps(actual))
-            except Exception as exc:
-                return f"{summarize(actual)} does not survive the wire: {type(exc).__name__}: {exc}"
-            if back != actual:
-                return f"{summarize(actual)} comes back from the wire as {summarize(back)}"
+            # Every form: readable JSON, base64 inside JSON, and the binary frame.
+            for form, there_and_back in _WIRE_FORMS:
+                try:
+                    back = there_and_back(actual)
+                except Exception as exc:
+                    return (f"{summarize(actual)} does not survive the wire ({form}): "
+                            f"{type(exc).__name__}: {exc}")
+                if back != actual:
+                    return f"{summarize(actual)} comes back from the wire ({form}) as {summarize(back)}"
+        elif isinstance(actual, (SampleBundle, HiddenBundle)):
+            # A broken output still crosses a transport as it is, for its receiver to refuse.
+            forms = [("json", lambda: wire.loads_unchecked(wire.dumps(actual)))]
+            if isinstance(actual, SampleBundle) or _has_binary_form(actual):
+                forms.append(("frame", lambda: wire.loads_unchecked(wire.dumpb(actual), frame=True)))
+            for form, carry in forms:
+                try:
+                    back = carry()
+                except Exception as exc:
+                    return f"{summarize(actual)} cannot be carried ({form}): {type(exc).__name__}: {exc}"
+                if back != actual:
+                    return f"{summarize(actual)} is carried ({form}) as {summarize(back)}"
         return None
 
     def finish(self) -> None:
@@ -359,6 +374,19 @@ def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
     if bad == "type":
         return TokenBundle(sid, epoch, start, (0,) * len(rows))
     return replace(bundle, contract="0")
+
+
+_WIRE_FORMS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("json", lambda v: wire.loads(wire.dumps(v))),
+    ("base64", lambda v: wire.loads(wire.dumps(v, hidden="base64"))),
+    ("frame", lambda v: wire.loadb(wire.dumpb(v))),
+)
+
+
+def _has_binary_form(bundle: HiddenBundle) -> bool:
+    rows = bundle.hidden
+    return isinstance(rows, np.ndarray) or (
+        isinstance(rows, tuple) and bool(rows) and all(isinstance(r, tuple) and len(r) == len(rows[0]) for r in rows))
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -16,6 +16,7 @@ import math
 import pickle
 from typing import Any, Optional
 
+import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -32,6 +33,7 @@ from fakeshard import (
     MemoryPressure,
     Pipeline,
     RealClock,
+    SampleBundle,
     ShardError,
     ShardSpec,
     TokenBundle,
@@ -97,6 +99,8 @@ FAULT_ARGS = {
     "crash": [None],
     "drop_response": [None],
 }
+FRAME_MUTATIONS = ("none", "float16", "magic", "truncate", "trailing", "header_length", "header_json", "dtype",
+                   "shape", "payload_nan", "base64_junk", "base64_length", "not_bytes", "oversize")
 MUTATIONS = ("none", "truncate", "drop_key", "extra_key", "object_value", "nan", "deep", "bad_utf8",
              "version", "kind", "not_text", "oversize", "oversize_bytes", "string_number", "huge_number",
              "null_value", "bool_value", "array", "bad_rule", "rule_not_object", "fault_not_object")
@@ -163,7 +167,8 @@ class SurfaceMachine(RuleBasedStateMachine):
 
     @initialize()
     def seed_pool(self) -> None:
-        self.pool += [TokenBundle("s", 0, 0, (1, 2)), FaultPlan((FaultRule(Delay(1.0)),), seed=3)]
+        self.pool += [TokenBundle("s", 0, 0, (1, 2)), FaultPlan((FaultRule(Delay(1.0)),), seed=3),
+                      HiddenBundle.sealed("s", 1, 2, 1, [(0.5, -0.25, 0.0, 1.0), (0.125, 0.0, 1.5, -2.0)])]
 
     @rule(model_id=st.sampled_from(["m", "", 3]), n=st.sampled_from([4, 1, 0, 4.0, True]),
           start=st.sampled_from([0, 1, 3, -1, "0"]), end=st.sampled_from([4, 2, 1, 5, 0]),
@@ -266,6 +271,170 @@ class SurfaceMachine(RuleBasedStateMachine):
         }[mutation]()
         limit = len(text) - 1 if mutation.startswith("oversize") else wire.MAX_TEXT_CHARS
         self._expect(False, lambda: wire.loads(broken, max_chars=limit), (MalformedBundle,))
+
+    @rule(index=st.integers(0, 50), mutation=st.sampled_from(FRAME_MUTATIONS),
+          form=st.sampled_from(["frame", "base64"]))
+    def send_binary(self, index: int, mutation: str, form: str) -> None:
+        """The binary forms: a round trip gives the value back; any damage is MalformedBundle."""
+        hiddens = [v for v in self.pool if isinstance(v, HiddenBundle)]
+        value = hiddens[index % len(hiddens)] if index % 2 else self.pool[index % len(self.pool)]
+        hidden = isinstance(value, HiddenBundle)
+        if mutation in ("none", "float16"):
+            self._count()
+            dtype = "float16" if mutation == "float16" else "float32"
+            bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
+            if form == "frame":
+                back = wire.loadb(wire.dumpb(value, dtype=dtype))
+                assert not bundle or wire.loads_unchecked(wire.dumpb(value, dtype=dtype), frame=True) == back
+            else:
+                back = wire.loads(wire.dumps(value, hidden="base64", dtype=dtype))
+                assert not bundle or wire.loads_unchecked(wire.dumps(value, hidden="base64", dtype=dtype)) == back
+            if hidden and dtype == "float16":
+                assert back.hidden.shape == value.array().shape and validate(back) is back
+            else:
+                assert back == value
+            return
+        if form == "base64":
+            doc = json.loads(wire.dumps(value, hidden="base64"))
+            if not hidden:  # no binary values to damage: a base64 object where none belongs
+                doc = {**doc, "hidden": {"dtype": "float32", "shape": [1, 1], "base64": "AAAAAA=="}}
+                self._expect(False, lambda: wire.loads(json.dumps(doc)), (MalformedBundle,))
+                return
+            target = doc["hidden"]
+            replaced: Any = {
+                "base64_junk": {**target, "base64": "@@@"},
+                "base64_length": {**target, "base64": "AAAA"},
+                "magic": {**target, "base64": 5},
+                "truncate": {k: v for k, v in target.items() if k != "base64"},
+                "trailing": {**target, "extra": 1},
+                "dtype": {**target, "dtype": "float64"},
+                "shape": {**target, "shape": [1]},
+                "payload_nan": {**target, "shape": [-1, 4]},
+                "header_json": "AAAA",
+                "header_length": {**target, "shape": [True, 4]},
+            }.get(mutation, {**target, "dtype": 32})
+            broken: Any = json.dumps({**doc, "hidden": replaced})
+            self._expect(False, lambda: wire.loads(broken), (MalformedBundle,))
+            # The transport's structural reading: MalformedBundle, or a bundle its receiver refuses.
+            try:
+                carried = wire.loads_unchecked(broken)
+            except MalformedBundle:
+                return
+            self._expect(False, lambda: validate(carried), (MalformedBundle,))
+            return
+        frame = wire.dumpb(value)
+        size = int.from_bytes(frame[4:8], "little")
+        header = json.loads(frame[8:8 + size])
+        payload = frame[8 + size:]
+
+        def rebuilt(head: dict, body: bytes = payload) -> bytes:
+            text = json.dumps(head).encode()
+            return b"FSB1" + len(text).to_bytes(4, "little") + text + body
+
+        nan_payload = payload
+        if hidden and payload:
+            nan_payload = b"\x00\x00\xc0\x7f" + payload[4:]
+        broken = {
+            "magic": lambda: b"FSB0" + frame[4:],
+            "truncate": lambda: frame[: max(0, len(frame) - 1 - index)],
+            "trailing": lambda: frame + b"\x00" * (1 + index % 5),
+            "header_length": lambda: frame[:4] + (len(frame) + index).to_bytes(4, "little") + frame[8:],
+            "header_json": lambda: frame[:8] + b"[" + frame[9:],
+            "dtype": lambda: rebuilt({**header, "hidden": {**header["hidden"], "dtype": "int8"}}
+                                     if hidden else {**header, "kind": "tensor"}),
+            "shape": lambda: rebuilt({**header, "hidden": {**header["hidden"], "shape": [index + 2, 1]}}
+                                     if hidden else header, payload + b"\x00" * 4),
+            "payload_nan": lambda: rebuilt(header, nan_payload) if hidden else rebuilt({**header, "contract": "0"}),
+            "base64_junk": lambda: rebuilt({**header, "hidden": {**header["hidden"], "base64": "AAAA"}}
+                                           if hidden else [header]),
+            "base64_length": lambda: rebuilt({**header, "hidden": [[0.0]]} if hidden else {}),
+            "not_bytes": lambda: frame.decode("latin-1"),
+            "oversize": lambda: frame,
+        }[mutation]()
+        limit = len(frame) - 1 if mutation == "oversize" else wire.MAX_FRAME_BYTES
+        self._expect(False, lambda: wire.loadb(broken, max_bytes=limit), (MalformedBundle,))
+        if mutation != "oversize" and isinstance(broken, bytes):
+            try:  # the transport's reading is structural only, but never anything but MalformedBundle
+                wire.loads_unchecked(broken, frame=True)
+            except MalformedBundle:
+                pass
+
+    @rule(what=st.sampled_from(["dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary",
+                                "cube_rows", "cube_binary", "compare", "junk_array", "loadb_type",
+                                "loadb_bytearray", "unchecked_types", "unchecked_fields", "unchecked_kind",
+                                "unchecked_text", "unchecked_deep", "unchecked_error", "unchecked_oversize"]))
+    def binary_edges(self, what: str) -> None:
+        """Misuse of the data plane's API: each a typed error, or an answer the contract allows."""
+        sealed = HiddenBundle.sealed("s", 0, 0, 1, np.array([[0.5, 0.25, 0.0, -0.5]], dtype=np.float32))
+        junk = HiddenBundle("s", 0, 0, 1, (("x", None),), sealed.checksum)
+        cube = HiddenBundle("s", 0, 0, 1, np.zeros((1, 2, 2), dtype=np.float32), sealed.checksum)
+        token_text = wire.dumps(TokenBundle("s", 0, 0, (1,)))
+        if what == "compare":
+            self._count()
+            rows = HiddenBundle("s", 0, 0, 1, sealed.rows(), sealed.checksum)
+            assert sealed == rows and sealed != junk and junk != sealed and (sealed == "s") is False
+            assert cube.rows() is cube.hidden and rows.array().dtype == np.float32
+            assert rows.rows() is rows.hidden and hash(rows) == hash(sealed)
+            assert sealed != HiddenBundle.sealed("s", 1, 0, 1, sealed.hidden)
+            assert HiddenBundle.sealed("s", 0, 0, 1, []).checksum == HiddenBundle.sealed("s", 0, 0, 1, ()).checksum
+            return
+        if what == "cube_rows":
+            self._count()
+            assert json.loads(wire.dumps(cube))["hidden"] == [[[0.0, 0.0], [0.0, 0.0]]]
+            return
+        if what == "loadb_bytearray":
+            self._count()
+            assert wire.loadb(bytearray(wire.dumpb(sealed))) == sealed
+            return
+        failing = {
+            "dumps_type": (lambda: wire.dumps(object()), (TypeError,)),
+            "dumps_form": (lambda: wire.dumps(sealed, hidden="hex"), (ValueError,)),
+            "dumps_dtype": (lambda: wire.dumpb(sealed, dtype="float64"), (ValueError,)),
+            "junk_binary": (lambda: wire.dumpb(junk), (TypeError,)),
+            "ragged_binary": (lambda: wire.dumps(HiddenBundle("s", 0, 0, 1, ((1.0,), (1.0, 2.0)), "0"),
+                                                 hidden="base64"), (TypeError,)),
+            "cube_binary": (lambda: wire.dumpb(cube), (TypeError,)),
+            "junk_array": (lambda: junk.array(), (MalformedBundle,)),
+            "loadb_type": (lambda: wire.loadb("FSB1"), (MalformedBundle,)),
+            "unchecked_types": (lambda: wire.loads_unchecked(5), (MalformedBundle,)),
+            "unchecked_fields": (lambda: wire.loads_unchecked(token_text.replace('"epoch"', '"era"')),
+                                 (MalformedBundle,)),
+            "unchecked_kind": (lambda: wire.loads_unchecked(wire.dumpb(FaultPlan()), frame=True),
+                               (MalformedBundle,)),
+            "unchecked_text": (lambda: wire.loads_unchecked("[1]"), (MalformedBundle,)),
+            "unchecked_deep": (lambda: wire.loads_unchecked("[" * 5000 + "]" * 5000), (MalformedBundle,)),
+            "unchecked_error": (lambda: wire.loads_unchecked(wire.dumpb(ERROR_CODES["cancelled"]("m")) + b"x",
+                                                             frame=True), (MalformedBundle,)),
+            "unchecked_oversize": (lambda: wire.loads_unchecked(token_text, max_bytes=5), (MalformedBundle,)),
+        }
+        build, errors = failing[what]
+        self._expect(False, build, errors)
+
+    @rule(what=st.sampled_from(["int_array", "cube", "empty_array", "nan_array", "wide_array",
+                                "writable", "float64"]))
+    def validate_array(self, what: str) -> None:
+        """Hidden values as arrays: the same contract as rows, and frozen once in a bundle."""
+        spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4)
+        values = np.array([[0.5, 0.25, 0.0, -0.5]], dtype=np.float32)
+        if what in ("writable", "float64"):
+            self._count()
+            source = values.astype(np.float64) if what == "float64" else values.copy()
+            bundle = HiddenBundle.sealed("s", 0, 0, 1, source)
+            source[0, 0] = 9.0
+            assert validate(bundle, spec) is bundle and bundle.rows() == ((0.5, 0.25, 0.0, -0.5),)
+            assert bundle == HiddenBundle.sealed("s", 0, 0, 1, [(0.5, 0.25, 0.0, -0.5)])
+            return
+        bad = {
+            "int_array": lambda: np.array([[1, 2, 3, 4]]),
+            "cube": lambda: values.reshape(1, 2, 2),
+            "empty_array": lambda: np.zeros((0, 4), dtype=np.float32),
+            "nan_array": lambda: np.array([[0.5, np.nan, 0.0, 1.0]], dtype=np.float32),
+            "wide_array": lambda: np.zeros((1, 5), dtype=np.float32),
+        }[what]()
+        checksum = HiddenBundle.sealed("s", 0, 0, 1, values).checksum
+        if bad.ndim == 2 and bad.dtype.kind == "f":
+            checksum = HiddenBundle.sealed("s", 0, 0, 1, bad).checksum
+        self._expect(False, lambda: validate(HiddenBundle("s", 0, 0, 1, bad, checksum), spec), (MalformedBundle,))
 
     @rule(what=st.sampled_from(["none", "int", "text", "dict", "spec", "empty_row", "checksum_type",
                                 "layer_past_model", "junk_values", "lists"]))

@@ -1,0 +1,186 @@
+"""Served nodes on loopback: prints figures as ratios against baselines run here; asserts nothing.
+
+    python3 benchmarks/remote.py [--repeats 300] [--clients 16] [--seconds 5] [--sessions 10000]
+
+The nodes run in a separate ``fakeshard serve`` process, as a coordinator
+would meet them; the client is this process's ``RemoteShardEngine``.
+
+* decode round trip (a FULL node, hidden 8) over the same server stack's
+  trivial echo endpoint (aiohttp answering the request's body, in another
+  process, reached with the same httpx client and a body of the same size):
+  goal <= 1.3;
+* a 512-position prefill at hidden 4096 through a served head -> middle ->
+  tail over the same pipeline in process: goal <= 3;
+* decode steps per second with ``--clients`` concurrent clients, each on its
+  own session;
+* the server's resident memory before and after ``--sessions`` sessions of
+  16 positions each (Linux ``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from fakeshard import FakeShardEngine, Pipeline, ShardSpec, TokenBundle
+from fakeshard.remote import RemoteShardEngine
+
+_ECHO = """
+import socket, sys
+from aiohttp import web
+async def echo(request):
+    return web.Response(body=await request.read(), content_type=request.content_type)
+app = web.Application()
+app.router.add_post("/echo", echo)
+sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
+print(sock.getsockname()[1], flush=True)
+web.run_app(app, sock=sock, print=None, access_log=None, handle_signals=True)
+"""
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
+def _median_us(fn, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--sessions", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    wide = ShardSpec("bench-remote", 6, 0, 6, hidden_size=4096, vocab_size=32000)
+    topology = {"model": {"model_id": wide.model_id, "n_layers": 6, "hidden_size": 4096, "vocab_size": 32000},
+                "nodes": [{"name": "head", "start_layer": 0, "end_layer": 2},
+                          {"name": "mid", "start_layer": 2, "end_layer": 4},
+                          {"name": "tail", "start_layer": 4, "end_layer": 6}]}
+    small = {"model": {"model_id": "bench-small", "n_layers": 4, "hidden_size": 8, "vocab_size": 256},
+             "nodes": [{"name": "full", "start_layer": 0, "end_layer": 4}]}
+    procs = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            rosters = []
+            for i, topo in enumerate((topology, small)):
+                path = Path(tmp) / f"t{i}.json"
+                path.write_text(json.dumps(topo))
+                proc = subprocess.Popen([sys.executable, "-m", "fakeshard", "serve", str(path)],
+                                        stdout=subprocess.PIPE, text=True)
+                procs.append(proc)
+                rosters.append(json.loads(proc.stdout.readline()))
+            echo = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, text=True)
+            procs.append(echo)
+            echo_url = f"http://127.0.0.1:{int(echo.stdout.readline())}/echo"
+
+            # 1. decode round trip against an echo of the same size.
+            full = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
+            first = full.prefill(TokenBundle("rt", 0, 0, (1,)))
+            pos = [first.pos]
+
+            def decode() -> None:
+                full.decode(TokenBundle("rt", 0, pos[0], (7,)))
+                pos[0] += 1
+            from fakeshard import wire
+            body = wire.dumpb(TokenBundle("rt", 0, 1, (7,)))
+            client = httpx.Client()
+
+            def echo_call() -> None:
+                client.post(echo_url, content=body, headers={"Content-Type": wire.FRAME_CONTENT_TYPE}).content
+            for fn in (decode, echo_call):
+                _median_us(fn, 20)  # warm both paths
+            echo_us = _median_us(echo_call, args.repeats)
+            decode_us = _median_us(decode, args.repeats)
+
+            # 2. a wide prefill: served 3-node pipeline vs the same pipeline in process.
+            prompt = [(i * 7919) % 32000 for i in range(512)]
+            served = Pipeline([RemoteShardEngine(rosters[0]["nodes"][n]["url"]) for n in ("head", "mid", "tail")])
+            local = Pipeline([FakeShardEngine(wide.with_layers(a, b)) for a, b in ((0, 2), (2, 4), (4, 6))])
+            runs = max(3, args.repeats // 60)
+            local_ms = statistics.median(
+                _median_us(lambda i=i: local.prefill(f"l{i}", 0, 0, prompt), 1) for i in range(runs)) / 1e3
+            served_ms = statistics.median(
+                _median_us(lambda i=i: served.prefill(f"s{i}", 0, 0, prompt), 1) for i in range(runs)) / 1e3
+            assert served.prefill("check", 0, 0, prompt) == local.prefill("check", 0, 0, prompt)
+
+            # 3. decode throughput with concurrent clients (bounded in time).
+            counts = [0] * args.clients
+            deadline = time.monotonic() + args.seconds
+
+            def worker(k: int) -> None:
+                engine = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
+                sample = engine.prefill(TokenBundle(f"t{k}", 0, 0, (k % 256,)))
+                while time.monotonic() < deadline:
+                    sample = engine.decode(TokenBundle(f"t{k}", 0, sample.pos, (sample.token,)))
+                    counts[k] += 1
+                engine.close()
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.clients)]
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            steps_per_s = sum(counts) / (time.monotonic() - t0)
+
+            # 4. the server's memory holding many sessions (bounded in count).
+            server_pid = procs[1].pid
+            before = _rss_kib(server_pid)
+            for i in range(args.sessions):
+                full.prefill(TokenBundle(f"m{i}", 0, 0, tuple(range(16))))
+            after = _rss_kib(server_pid)
+            held = full.used_tokens
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=10)
+
+    figures = {
+        "echo_round_trip_us": round(echo_us, 1),
+        "decode_round_trip_us": round(decode_us, 1),
+        "decode_over_echo": round(decode_us / echo_us, 2),
+        "prefill_512x4096_in_process_ms": round(local_ms, 1),
+        "prefill_512x4096_served_ms": round(served_ms, 1),
+        "served_over_in_process": round(served_ms / local_ms, 2),
+        "decode_steps_per_s": round(steps_per_s),
+        "clients": args.clients,
+        "server_rss_before_mib": round(before / 1024, 1),
+        "server_rss_after_mib": round(after / 1024, 1),
+        "sessions": args.sessions,
+        "positions_held": held,
+    }
+    print(f"loopback, nodes in a separate `fakeshard serve`; python {platform.python_version()} on "
+          f"{platform.machine()}, {os.cpu_count()} cores")
+    print(f"  echo round trip (same stack)            {echo_us:9.1f} us")
+    print(f"  decode round trip (RemoteShardEngine)   {decode_us:9.1f} us   {decode_us / echo_us:5.2f}x echo (goal <= 1.3)")
+    print(f"  prefill 512 x 4096, 3 stages in process {local_ms:9.1f} ms")
+    print(f"  prefill 512 x 4096, 3 served nodes      {served_ms:9.1f} ms   {served_ms / local_ms:5.2f}x (goal <= 3)")
+    print(f"  decode steps/s, {args.clients} concurrent clients   {steps_per_s:9.0f}")
+    print(f"  server RSS: {before / 1024:.1f} MiB, then {after / 1024:.1f} MiB holding {args.sessions} sessions "
+          f"({held} positions)")
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
