@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             prompt = [(i * 7919) % 32000 for i in range(512)]
             served = Pipeline([RemoteShardEngine(rosters[0]["nodes"][n]["url"]) for n in ("head", "mid", "tail")])
             local = Pipeline([FakeShardEngine(wide.with_layers(a, b)) for a, b in ((0, 2), (2, 4), (4, 6))])
-            runs = max(3, args.repeats // 60)
+            runs = max(5, args.repeats // 30)
+            for i in range(2):  # warm both paths (connections, allocations)
+                local.prefill(f"wl{i}", 0, 0, prompt)
+                served.prefill(f"ws{i}", 0, 0, prompt)
             local_ms = statistics.median(
                 _median_us(lambda i=i: local.prefill(f"l{i}", 0, 0, prompt), 1) for i in range(runs)) / 1e3
             served_ms = statistics.median(

@@ -459,3 +459,21 @@ def test_serve_refuses_a_bad_topology_in_one_line(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "model_id" in result.stderr
     assert not Path(str(path) + ".tmp").exists()
+
+
+def test_a_real_model_topology_serves_the_same_tokens(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    from fakeshard.real import tiny_engine
+
+    monkeypatch.setenv("FAKESHARD_MODEL_CACHE", str(tmp_path))
+    topo = {"model": {"model_id": "served-real", "n_layers": 4, "hidden_size": 64, "vocab_size": 128, "seed": 2},
+            "engine": "fakeshard.real:tiny_engine",
+            "nodes": [{"name": "head", "start_layer": 0, "end_layer": 1},
+                      {"name": "mid", "start_layer": 1, "end_layer": 3},
+                      {"name": "tail", "start_layer": 3, "end_layer": 4}]}
+    spec = ShardSpec("served-real", 4, 0, 4, hidden_size=64, vocab_size=128)
+    with serve(topo) as c:
+        served = Pipeline([c.engine(n) for n in ("head", "mid", "tail")])
+        assert served.evidence_class == "real-model"
+        local = Pipeline([tiny_engine(spec.with_layers(a, b), seed=2) for a, b in ((0, 1), (1, 3), (3, 4))])
+        assert served.generate("r", [5, 6, 7], 5) == local.generate("r", [5, 6, 7], 5)
