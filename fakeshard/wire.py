@@ -408,19 +408,8 @@ def loadb(data: Union[bytes, bytearray, memoryview], *, max_bytes: int = MAX_FRA
     try:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise _Bad(f"wire.loadb takes bytes, got {type(data).__name__}")
-        if isinstance(data, (bytearray, memoryview)):
-            data = bytes(data)
-        if len(data) > max_bytes:
-            raise _Bad(f"frame is {len(data)} bytes, over the limit of {max_bytes}")
-        if len(data) < 8 or data[:4] != FRAME_MAGIC:
-            raise _Bad(f"a frame starts with {FRAME_MAGIC!r} and a 4-byte header length, "
-                       f"got {bytes(data[:8])!r}")
-        (size,) = struct.unpack_from("<I", data, 4)
-        if size > _MAX_HEADER_BYTES or 8 + size > len(data):
-            raise _Bad(f"frame header of {size} bytes does not fit a frame of {len(data)} bytes "
-                       f"(limit {_MAX_HEADER_BYTES})")
-        head = data[8:8 + size].decode("utf-8")
-        obj = _from_json(head, memoryview(data)[8 + size:])
+        head, payload = _split_frame(data, max_bytes)
+        obj = _from_json(head, payload)
     except _Bad as exc:
         raise MalformedBundle(f"wire: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -428,15 +417,37 @@ def loadb(data: Union[bytes, bytearray, memoryview], *, max_bytes: int = MAX_FRA
     return _validated(obj)
 
 
-def _from_json(text: str, payload: Optional[memoryview]) -> Any:
+def _split_frame(data: Any, max_bytes: int) -> tuple[str, memoryview]:
+    """A frame's header text and payload (a view of ``data``, copied once if it was writable)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise _Bad(f"a frame is bytes, got {type(data).__name__}")
+    data = bytes(data)  # no copy for bytes
+    if len(data) > max_bytes:
+        raise _Bad(f"frame is {len(data)} bytes, over the limit of {max_bytes}")
+    if len(data) < 8 or data[:4] != FRAME_MAGIC:
+        raise _Bad(f"a frame starts with {FRAME_MAGIC!r} and a 4-byte header length, got {data[:8]!r}")
+    (size,) = struct.unpack_from("<I", data, 4)
+    if size > _MAX_HEADER_BYTES or 8 + size > len(data):
+        raise _Bad(f"frame header of {size} bytes does not fit a frame of {len(data)} bytes "
+                   f"(limit {_MAX_HEADER_BYTES})")
+    return data[8:8 + size].decode("utf-8"), memoryview(data)[8 + size:]
+
+
+def _json_object(text: str, strict: bool) -> dict[str, Any]:
+    """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant) if strict else json.loads(text)
     except RecursionError:
         raise _Bad("JSON is nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise _Bad(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise _Bad(f"expected a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _from_json(text: str, payload: Optional[memoryview]) -> Any:
+    data = _json_object(text, strict=True)
     if data.get("contract") != CONTRACT_VERSION:
         raise _Bad(f"contract version {data.get('contract')!r} is not {CONTRACT_VERSION!r}")
     kind = data.get("kind")
@@ -477,18 +488,7 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
     """
     try:
         if frame:
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise _Bad(f"a frame is bytes, got {type(data).__name__}")
-            data = bytes(data)
-            if len(data) > max_bytes:
-                raise _Bad(f"frame is {len(data)} bytes, over the limit of {max_bytes}")
-            if len(data) < 8 or data[:4] != FRAME_MAGIC:
-                raise _Bad(f"a frame starts with {FRAME_MAGIC!r} and a 4-byte header length")
-            (size,) = struct.unpack_from("<I", data, 4)
-            if size > _MAX_HEADER_BYTES or 8 + size > len(data):
-                raise _Bad(f"frame header of {size} bytes does not fit a frame of {len(data)} bytes")
-            text: Any = data[8:8 + size].decode("utf-8")
-            payload: Optional[memoryview] = memoryview(data)[8 + size:]
+            text, payload = _split_frame(data, max_bytes)
         else:
             text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
             if not isinstance(text, str):
@@ -496,14 +496,7 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
             if len(text) > max_bytes:
                 raise _Bad(f"text is {len(text)} characters, over the limit of {max_bytes}")
             payload = None
-        try:
-            obj = json.loads(text)
-        except RecursionError:
-            raise _Bad("JSON is nested too deeply") from None
-        except json.JSONDecodeError as exc:
-            raise _Bad(f"not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise _Bad(f"expected a JSON object, got {_json_type(obj)}")
+        obj = _json_object(text, strict=False)
         kind = obj.get("kind")
         if kind == "error":
             if payload is not None and len(payload):
