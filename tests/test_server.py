@@ -477,3 +477,20 @@ def test_a_real_model_topology_serves_the_same_tokens(tmp_path, monkeypatch):
         assert served.evidence_class == "real-model"
         local = Pipeline([tiny_engine(spec.with_layers(a, b), seed=2) for a, b in ((0, 1), (1, 3), (3, 4))])
         assert served.generate("r", [5, 6, 7], 5) == local.generate("r", [5, 6, 7], 5)
+
+
+def test_the_schema_command_prints_every_schema_and_refuses_unknown_names():
+    import subprocess
+    import sys
+
+    everything = subprocess.run([sys.executable, "-m", "fakeshard", "schema"], capture_output=True, text=True,
+                                timeout=60)
+    assert everything.returncode == 0
+    defs = json.loads(everything.stdout)["$defs"]
+    assert {"token_bundle", "hidden_bundle", "sample_bundle", "error", "fault_plan", "roster"} <= set(defs)
+    one = subprocess.run([sys.executable, "-m", "fakeshard", "schema", "hidden_bundle"], capture_output=True,
+                         text=True, timeout=60)
+    assert json.loads(one.stdout)["properties"]["kind"] == {"const": "hidden_bundle"}
+    bad = subprocess.run([sys.executable, "-m", "fakeshard", "schema", "tensor"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "no schema 'tensor'" in bad.stderr and bad.stderr.count("\n") == 1
