@@ -11,10 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from fakeshard import (
+pytest.importorskip("aiohttp", reason="the served nodes need the extra 'serve'")
+httpx = pytest.importorskip("httpx", reason="the served nodes need the extra 'serve'")
+
+from fakeshard import (  # noqa: E402 - after the skips
     CacheMiss,
     Crash,
     Delay,
@@ -33,11 +35,9 @@ from fakeshard import (
     TokenBundle,
     wire,
 )
-from fakeshard.remote import RemoteError, RemoteShardEngine, serve
-from fakeshard.server import ERROR_STATUS, HTTP_ERROR_CODES
-from fakeshard.topology import Topology, TopologyError
-
-pytest.importorskip("aiohttp")
+from fakeshard.remote import RemoteError, RemoteShardEngine, serve  # noqa: E402
+from fakeshard.server import ERROR_STATUS, HTTP_ERROR_CODES  # noqa: E402
+from fakeshard.topology import Topology, TopologyError  # noqa: E402
 
 SPEC = ShardSpec("served", 6, 0, 6, hidden_size=8, vocab_size=64)
 RANGES = {"head": (0, 2), "mid": (2, 4), "tail": (4, 6)}
