@@ -74,6 +74,7 @@ class CheckOptions:
     out: Path = Path(".fakeshard/check")
     min_branch_coverage: Optional[float] = None
     certify: bool = False
+    database: Optional[str] = None
 
 
 @dataclass
@@ -123,6 +124,16 @@ def _validate(options: CheckOptions) -> str:
             raise CheckError(f"--{name} must be >= 1, got {value}")
     if options.workers < 1:
         raise CheckError(f"--workers must be >= 1, got {options.workers}")
+    if options.database:
+        from stateful.database import DatabaseError, example_database
+
+        if options.profile == "ci":
+            raise CheckError("--database needs a randomized profile: ci is derandomized and uses no "
+                             "database; use --profile thorough (or dev) and a --seed per host")
+        try:
+            example_database(options.database, check=True)
+        except DatabaseError as exc:
+            raise CheckError(str(exc)) from None
     try:
         factory = load_factory(options.engine)
     except FactoryError as exc:
@@ -202,7 +213,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign"),
            "FAKESHARD_MODEL_CACHE": str(out / "models")}
     for var, value in (("FAKESHARD_MAX_EXAMPLES", options.examples), ("FAKESHARD_STEPS", options.steps),
-                       ("FAKESHARD_SEED", options.seed)):
+                       ("FAKESHARD_SEED", options.seed), ("FAKESHARD_DATABASE", options.database)):
         if value is None:
             env.pop(var, None)
         else:

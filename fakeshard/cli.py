@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -37,6 +38,9 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help="fail if branch coverage of fakeshard/ from the machines is below this percent")
     p.add_argument("--certify", action="store_true",
                    help="require a real-model engine (refused for fixture engines)")
+    p.add_argument("--database", default=None, metavar="URL",
+                   help="Hypothesis example database shared between hosts: redis://host:port/db or a "
+                        "folder (default: $FAKESHARD_DATABASE; needs a randomized profile)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,6 +82,7 @@ def _check_options(args: argparse.Namespace) -> "object":
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=args.machines, engine=resolve_factory_name(args.engine), workers=args.workers,
         out=args.out, min_branch_coverage=args.min_branch_coverage, certify=args.certify,
+        database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
     )
 
 

@@ -9,6 +9,8 @@ Environment variables (set by ``fakeshard check``, usable by hand):
   campaign replays exactly.  Ignored under a derandomized profile (``ci``).
 * ``FAKESHARD_CAMPAIGN_DIR``: where each machine run writes its progress and
   summary as JSON, for ``fakeshard check`` to show and add up.
+* ``FAKESHARD_DATABASE``: a Hypothesis example database shared between
+  hosts (``redis://...`` or a folder; see :mod:`stateful.database`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hypothesis import settings as Settings
+
+from stateful import database
 
 
 def _int_env(name: str) -> Optional[int]:
@@ -44,6 +48,9 @@ def machine_settings() -> Settings:
         overrides["max_examples"] = max(examples, 1)
     if steps is not None:
         overrides["stateful_step_count"] = max(steps, 1)
+    shared = database.from_environment(Settings.default.derandomize)
+    if shared is not None:
+        overrides["database"] = shared
     return Settings(Settings.default, **overrides)
 
 

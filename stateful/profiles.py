@@ -10,9 +10,15 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+#: Hypothesis's own defaults.  Where the environment variable CI is set, Hypothesis makes its
+#: built-in derandomized ``ci`` profile the default, and a profile built on the default
+#: would inherit ``derandomize=True`` and no database; ``dev`` and ``thorough`` stay random
+#: (and keep an example database) wherever they run.
+_BASE = settings.get_profile("default")
+
 #: Steps per machine run and examples per machine, by profile.
 settings.register_profile(
-    "dev", max_examples=40, stateful_step_count=30, deadline=None,
+    "dev", parent=_BASE, max_examples=40, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
@@ -20,7 +26,7 @@ settings.register_profile(
     database=None, print_blob=False, suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
-    "thorough", max_examples=2000, stateful_step_count=80, deadline=None,
+    "thorough", parent=_BASE, max_examples=2000, stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 

@@ -1,0 +1,128 @@
+"""Campaigns beyond one machine: the example database shared through a real Redis server.
+
+The test starts ``redis-server`` on a free loopback port (skipped, with the
+reason, where the binary is missing; CI installs it) and stops it after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, settings
+
+from stateful import database
+from stateful.machines import MachineConfig, SessionsMachine
+from stateful.regress import run_machine
+from tests.planted import BUGS
+
+ROOT = Path(__file__).resolve().parent.parent
+redis = pytest.importorskip("redis", reason="the shared database needs the extra 'redis'")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (CI installs it: apt-get install redis-server)")
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        for _ in range(100):  # up to 10 s for the server to answer
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("redis-server did not answer within 10 s")
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def _host(bug, url: str, seed: int, phases, tmp_path: Path, prefix: bytes = database.KEY_PREFIX) -> str:
+    """One host's campaign of the sessions machine on ``bug``: "failed", "passed" or "nothing to run"."""
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    shared = RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=prefix)
+    chosen = settings(settings.get_profile("thorough"), max_examples=300, stateful_step_count=40,
+                      database=shared, phases=phases)
+    try:
+        run_machine(SessionsMachine, MachineConfig(bug.factory, f"tests.planted:{bug.name}"),
+                    settings=chosen, save_dir=tmp_path, seed=seed)
+    except AssertionError:
+        return "failed"
+    except BaseException as exc:  # unittest.SkipTest: no saved example and no generation
+        if type(exc).__name__ == "SkipTest":
+            return "nothing to run"
+        raise
+    finally:
+        shared.redis.close()
+    return "passed"
+
+
+def test_a_host_replays_another_hosts_failure_from_redis(redis_url, tmp_path):
+    bug = next(b for b in BUGS if b.name == "stale_as_cache_miss")
+    with redis.Redis.from_url(redis_url) as client:
+        client.flushdb()
+    # Host A searches with its seed and finds the bug; the failing example goes to Redis.
+    assert _host(bug, redis_url, 1, [Phase.generate, Phase.reuse], tmp_path) == "failed"
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.keys(database.KEY_PREFIX + b"*"), "host A saved nothing in the shared database"
+    # Host B, another seed and another client, only replays what the database holds: it fails at once.
+    assert _host(bug, redis_url, 2, [Phase.reuse], tmp_path) == "failed"
+    # Under another key prefix (another campaign's database) there is nothing to replay.
+    assert _host(bug, redis_url, 2, [Phase.reuse], tmp_path, prefix=b"elsewhere:") == "nothing to run"
+
+
+def _check(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fakeshard", "check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_check_shares_the_database_and_refuses_what_cannot_work(redis_url, tmp_path):
+    ok = _check("--profile", "dev", "--machines", "sessions", "--examples", "3", "--steps", "5", "--seed", "7",
+                "--database", redis_url, "--out", str(tmp_path / "out"))
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    refused = _check("--profile", "ci", "--database", redis_url, "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2 and "randomized profile" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    down = _check("--profile", "dev", "--database", f"redis://127.0.0.1:{_free_port()}/0",
+                  "--out", str(tmp_path / "out"))
+    assert down.returncode == 2 and "cannot use the Redis database" in down.stderr
+    from_env = _check("--profile", "ci", "--out", str(tmp_path / "out"), env={database.ENV_VAR: redis_url})
+    assert from_env.returncode == 2 and "randomized profile" in from_env.stderr
+
+
+def test_the_environment_variable_reaches_the_machines_settings(redis_url, monkeypatch):
+    from stateful.campaign import machine_settings
+
+    from stateful import profiles
+
+    monkeypatch.setenv(database.ENV_VAR, redis_url)
+    try:
+        settings.load_profile("thorough")
+        assert type(machine_settings().database).__name__ == "RedisExampleDatabase"
+        settings.load_profile("ci")
+        with pytest.raises(database.DatabaseError, match="derandomized"):
+            machine_settings()
+    finally:
+        profiles.load_default()
