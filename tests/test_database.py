@@ -15,12 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 
 from stateful import database
-from stateful.machines import MachineConfig, SessionsMachine
-from stateful.regress import run_machine
-from tests.planted import BUGS
 
 ROOT = Path(__file__).resolve().parent.parent
 redis = pytest.importorskip("redis", reason="the shared database needs the extra 'redis'")
@@ -58,39 +55,59 @@ def redis_url():
         proc.communicate(timeout=10)
 
 
-def _host(bug, url: str, seed: int, phases, tmp_path: Path, prefix: bytes = database.KEY_PREFIX) -> str:
-    """One host's campaign of the sessions machine on ``bug``: "failed", "passed" or "nothing to run"."""
-    from hypothesis.extra.redis import RedisExampleDatabase
+_HOST = """
+import sys
+from pathlib import Path
 
-    shared = RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=prefix)
-    chosen = settings(settings.get_profile("thorough"), max_examples=300, stateful_step_count=40,
-                      database=shared, phases=phases)
-    try:
-        run_machine(SessionsMachine, MachineConfig(bug.factory, f"tests.planted:{bug.name}"),
-                    settings=chosen, save_dir=tmp_path, seed=seed)
-    except AssertionError:
-        return "failed"
-    except BaseException as exc:  # unittest.SkipTest: no saved example and no generation
-        if type(exc).__name__ == "SkipTest":
-            return "nothing to run"
+import redis
+from hypothesis import Phase, settings
+from hypothesis.extra.redis import RedisExampleDatabase
+
+import stateful.profiles
+from stateful.machines import MachineConfig, SessionsMachine
+from stateful.regress import run_machine
+from tests.planted import BUGS
+
+url, seed, phases, prefix, save_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+bug = next(b for b in BUGS if b.name == "stale_as_cache_miss")
+shared = RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=prefix.encode())
+chosen = settings(settings.get_profile("thorough"), max_examples=300, stateful_step_count=40, database=shared,
+                  phases=[getattr(Phase, name) for name in phases.split(",")])
+try:
+    run_machine(SessionsMachine, MachineConfig(bug.factory, "tests.planted:" + bug.name), settings=chosen,
+                save_dir=Path(save_dir), seed=seed)
+    print("passed")
+except AssertionError:
+    print("failed")
+except BaseException as exc:  # unittest.SkipTest: no saved example and no generation
+    if type(exc).__name__ != "SkipTest":
         raise
-    finally:
-        shared.redis.close()
-    return "passed"
+    print("nothing to run")
+finally:
+    shared.redis.close()
+"""
+
+
+def _host(url: str, seed: int, phases: str, tmp_path: Path, prefix: bytes = database.KEY_PREFIX) -> str:
+    """One host (its own process) running the sessions machine on a planted bug with the shared database."""
+    result = subprocess.run([sys.executable, "-c", _HOST, url, str(seed), phases, prefix.decode(), str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={k: v for k, v in os.environ.items() if k != database.ENV_VAR})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
 
 
 def test_a_host_replays_another_hosts_failure_from_redis(redis_url, tmp_path):
-    bug = next(b for b in BUGS if b.name == "stale_as_cache_miss")
     with redis.Redis.from_url(redis_url) as client:
         client.flushdb()
-    # Host A searches with its seed and finds the bug; the failing example goes to Redis.
-    assert _host(bug, redis_url, 1, [Phase.generate, Phase.reuse], tmp_path) == "failed"
+    # Host A searches with its seed and finds the planted bug; the failing example goes to Redis.
+    assert _host(redis_url, 1, "generate,reuse", tmp_path) == "failed"
     with redis.Redis.from_url(redis_url) as client:
         assert client.keys(database.KEY_PREFIX + b"*"), "host A saved nothing in the shared database"
-    # Host B, another seed and another client, only replays what the database holds: it fails at once.
-    assert _host(bug, redis_url, 2, [Phase.reuse], tmp_path) == "failed"
+    # Host B, another process and seed, only replays what the database holds: it fails at once.
+    assert _host(redis_url, 2, "reuse", tmp_path) == "failed"
     # Under another key prefix (another campaign's database) there is nothing to replay.
-    assert _host(bug, redis_url, 2, [Phase.reuse], tmp_path, prefix=b"elsewhere:") == "nothing to run"
+    assert _host(redis_url, 2, "reuse", tmp_path, prefix=b"elsewhere:") == "nothing to run"
 
 
 def _check(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
