@@ -24,6 +24,7 @@ contract suite and the machines over the network.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import subprocess
@@ -428,9 +429,20 @@ class _Shared:
         self.server = None if self.remote else ServerThread(factory, time_scale=0.0,
                                                             factory_name=getattr(factory, "__name__", ""))
         self.admin = ClusterClient({"control": self.remote or self.server.cluster.control_url})  # type: ignore[union-attr]
+        #: Nodes whose engines are gone, to remove from a running server. A finalizer only
+        #: appends here: it may run inside any call, even one holding this pool's lock, so
+        #: the removal itself waits for the next engine this factory makes (or exit).
+        self.doomed: "collections.deque[str]" = collections.deque()
         atexit.register(self.close)
 
+    def sweep(self) -> None:
+        """Remove from the running server every node whose engine is gone."""
+        while self.doomed:
+            _remove_quietly(self.admin, self.doomed.popleft())
+
     def close(self) -> None:
+        if self.remote:
+            self.sweep()
         if self.server is not None:
             self.server.close()
             self.server = None
@@ -464,10 +476,11 @@ def served(factory: Any) -> Any:
                                        client=shared.client)
             weakref.finalize(engine, shared.server.remove_soon, node.name)
             return engine
+        shared.sweep()
         described = shared.admin.add(spec, seed=seed, capacity_tokens=capacity_tokens, faults=faults)
         engine = RemoteShardEngine(described["url"], control=shared.admin.control, name=described["name"],
                                    client=shared.client, clock=clock)
-        weakref.finalize(engine, _remove_quietly, shared.admin, described["name"])
+        weakref.finalize(engine, shared.doomed.append, described["name"])
         return engine
 
     for attr in ("tolerance", "logits", "machine_hidden_size"):

@@ -494,3 +494,20 @@ def test_the_schema_command_prints_every_schema_and_refuses_unknown_names():
     bad = subprocess.run([sys.executable, "-m", "fakeshard", "schema", "tensor"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "no schema 'tensor'" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_served_engines_in_another_process_are_removed_once_gone(monkeypatch):
+    import gc
+
+    from fakeshard.remote import SERVER_ENV_VAR, served
+
+    with serve({"model": {"model_id": "pool", "n_layers": 2}, "nodes": []}, subprocess=True) as c:
+        monkeypatch.setenv(SERVER_ENV_VAR, c.control)
+        factory = served(FakeShardEngine)
+        engines = [factory(ShardSpec("pool", 2, 0, 2), seed=i) for i in range(3)]
+        assert len(c.nodes()) == 3
+        del engines
+        gc.collect()
+        # A finalizer only marks the nodes; the next engine made removes them (no I/O inside GC).
+        kept = factory(ShardSpec("pool", 2, 0, 1))
+        assert list(c.nodes()) == [kept.name]
