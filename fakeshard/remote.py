@@ -44,7 +44,7 @@ from fakeshard.clock import Clock
 from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle
 from fakeshard.engine import SessionView
 from fakeshard.errors import EngineCrashed, MalformedBundle, ResponseLost, ShardError
-from fakeshard.faults import FAULT_TYPES, FaultPlan, Fired
+from fakeshard.faults import FaultPlan, Fired
 
 __all__ = [
     "ClusterClient",
@@ -173,14 +173,13 @@ class RemoteShardEngine:
         session_id, epoch = getattr(bundle, "session_id", None), getattr(bundle, "epoch", None)
         if isinstance(bundle, _BUNDLES):
             body: bytes
-            if self.encoding == "frame":
-                try:
+            try:
+                if self.encoding == "frame":
                     body, kind = wire.dumpb(bundle), wire.FRAME_CONTENT_TYPE
-                except TypeError:  # values with no binary form travel as readable JSON
-                    body, kind = wire.dumps(bundle).encode("utf-8"), wire.JSON_CONTENT_TYPE
-            else:
-                body, kind = wire.dumps(bundle, hidden="base64" if _binary_ok(bundle) else "floats"
-                                        ).encode("utf-8"), wire.JSON_CONTENT_TYPE
+                else:
+                    body, kind = wire.dumps(bundle, hidden="base64").encode("utf-8"), wire.JSON_CONTENT_TYPE
+            except TypeError:  # values with no binary form travel as readable JSON
+                body, kind = wire.dumps(bundle).encode("utf-8"), wire.JSON_CONTENT_TYPE
         else:  # not a bundle: sent anyway, so the node's engine refuses it as it would in process
             body = json.dumps({"kind": "not_a_bundle", "type": type(bundle).__name__}).encode("utf-8")
             kind = wire.JSON_CONTENT_TYPE
@@ -258,23 +257,8 @@ class RemoteShardEngine:
     def fault_log(self) -> tuple[Fired, ...]:
         """Every fault fired on the node so far (through the control port)."""
         fired = self._admin("GET", "log").json()["fired"]
-        types = {cls.type_name: cls for cls in FAULT_TYPES}  # type: ignore[attr-defined]
-        out = []
-        for f in fired:
-            data = dict(f["fault"])
-            cls = types[data.pop("type")]
-            out.append(Fired(f["call"], f["rule"], f["op"], f["session_id"], cls(**data)))
-        return tuple(out)
-
-
-def _binary_ok(bundle: Any) -> bool:
-    if not isinstance(bundle, HiddenBundle):
-        return True
-    try:
-        bundle.array()
-        return True
-    except MalformedBundle:
-        return False
+        return tuple(Fired(f["call"], f["rule"], f["op"], f["session_id"], wire.fault_from_dict(f["fault"]))
+                     for f in fired)
 
 
 class ClusterClient:

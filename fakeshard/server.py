@@ -413,17 +413,11 @@ class Node:
                 engine.replace_faults(args[0])
             elif what == "log":
                 return [{"call": f.call, "rule": f.rule, "op": f.op, "session_id": f.session_id,
-                         "fault": json.loads(wire.dumps(FaultPlan((_rule_of(f.fault),))))["rules"][0]["fault"]}
+                         "fault": wire.fault_to_dict(f.fault)}
                         for f in getattr(engine, "fault_log", ())]
             return None
         async with self._calls:
             return action()
-
-
-def _rule_of(fault: Any) -> Any:
-    from fakeshard.faults import FaultRule
-
-    return FaultRule(fault)
 
 
 def _dropped() -> web.Response:

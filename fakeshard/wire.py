@@ -29,7 +29,6 @@ Round trip::
 
 from __future__ import annotations
 
-import base64
 import binascii
 import dataclasses
 import functools
@@ -62,6 +61,8 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "dumpb",
     "dumps",
+    "fault_from_dict",
+    "fault_to_dict",
     "loadb",
     "loads",
     "loads_unchecked",
@@ -93,8 +94,17 @@ _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
 _FAULTS: dict[str, type] = {cls.type_name: cls for cls in FAULT_TYPES}  # type: ignore[attr-defined]
 
 
-def _fault_to_dict(fault: Any) -> dict[str, Any]:
+def fault_to_dict(fault: Any) -> dict[str, Any]:
+    """One fault record as its JSON object (``{"type": ..., <fields>}``), as inside a rule."""
     return {"type": fault.type_name, **DataClassJsonMixin.to_dict(fault)}
+
+
+def fault_from_dict(data: Any) -> Any:
+    """The fault record a JSON object holds; :class:`MalformedBundle` for anything else."""
+    try:
+        return _fault(data, "fault")
+    except _Bad as exc:
+        raise MalformedBundle(f"wire: {exc}") from None
 
 
 def _to_dict(obj: Any, hidden: Any = None) -> dict[str, Any]:
@@ -161,7 +171,9 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.ascontiguousarray(source, dtype=want)
     checksum = bundle.checksum
-    if dtype != "float32" or source.dtype != want:
+    # The checksum is defined over the values rounded to float32, so a float32 copy keeps it;
+    # only float16 changes the values it covers.
+    if dtype != "float32":
         try:
             was_valid = checksum == hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
                                                     bundle.layer, source, bundle.contract)
@@ -175,7 +187,7 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
 
 def _rule_to_dict(rule: FaultRule) -> dict[str, Any]:
     out = DataClassJsonMixin.to_dict(rule)
-    out["fault"] = _fault_to_dict(rule.fault)
+    out["fault"] = fault_to_dict(rule.fault)
     return out
 
 
@@ -501,7 +513,9 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
         if kind == "error":
             if payload is not None and len(payload):
                 raise _Bad("an error frame carries no payload")
-            return loads(json.dumps(obj, allow_nan=False))
+            if obj.get("contract") != CONTRACT_VERSION:
+                raise _Bad(f"contract version {obj.get('contract')!r} is not {CONTRACT_VERSION!r}")
+            return _error(obj)
         cls = _BUNDLE_KINDS.get(kind) if isinstance(kind, str) else None
         if cls is None:
             raise _Bad(f"kind must be one of {sorted(_BUNDLE_KINDS)}, got {kind!r}")

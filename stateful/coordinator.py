@@ -20,7 +20,8 @@ from fakeshard import EngineCrashed, Pipeline, ShardError, wire
 LINK_FORMS = ("json", "base64", "frame")
 
 
-def _across(value: Any, form: str) -> Any:
+def across(value: Any, form: str) -> Any:
+    """``value`` there and back through one of the wire's forms, read strictly."""
     if form == "frame":
         return wire.loadb(wire.dumpb(value))
     return wire.loads(wire.dumps(value, hidden="base64" if form == "base64" else "floats"))
@@ -43,12 +44,12 @@ class WireLink:
         self.evidence_class = node.evidence_class
 
     def _call(self, op: str, *args: Any) -> Any:
-        sent = [_across(a, self.form) if not isinstance(a, (str, int)) else a for a in args]
+        sent = [across(a, self.form) if not isinstance(a, (str, int)) else a for a in args]
         try:
             out = getattr(self.node, op)(*sent)
         except ShardError as exc:
             raise wire.loads(wire.dumps(exc)) from None
-        return None if out is None else _across(out, self.form)
+        return None if out is None else across(out, self.form)
 
     def prefill(self, bundle: Any) -> Any:
         return self._call("prefill", bundle)

@@ -30,6 +30,7 @@ from fakeshard import (
 from fakeshard.feeder import Feeder
 from fakeshard.judge import Judge
 from stateful import probes
+from stateful.coordinator import LINK_FORMS, across
 from stateful.model import OK, Expected, Model, Oracle
 from stateful.trace import Trace, git_commit, hypothesis_version
 
@@ -277,9 +278,9 @@ class EngineRunner:
             isinstance(actual, (SampleBundle, HiddenBundle)) and not _breaks_alone(actual)
         ):
             # Every form: readable JSON, base64 inside JSON, and the binary frame.
-            for form, there_and_back in _WIRE_FORMS:
+            for form in LINK_FORMS:
                 try:
-                    back = there_and_back(actual)
+                    back = across(actual, form)
                 except Exception as exc:
                     return (f"{summarize(actual)} does not survive the wire ({form}): "
                             f"{type(exc).__name__}: {exc}")
@@ -374,13 +375,6 @@ def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
     if bad == "type":
         return TokenBundle(sid, epoch, start, (0,) * len(rows))
     return replace(bundle, contract="0")
-
-
-_WIRE_FORMS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
-    ("json", lambda v: wire.loads(wire.dumps(v))),
-    ("base64", lambda v: wire.loads(wire.dumps(v, hidden="base64"))),
-    ("frame", lambda v: wire.loadb(wire.dumpb(v))),
-)
 
 
 def _has_binary_form(bundle: HiddenBundle) -> bool:

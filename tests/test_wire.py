@@ -215,3 +215,15 @@ def test_mutated_documents_are_malformed_or_valid(doc):
         return
     # A mutation that happens to stay valid must read back as what it says.
     assert json.loads(wire.dumps(value)) == doc
+
+
+@given(faults)
+def test_a_fault_record_round_trips_on_its_own(fault):
+    assert wire.fault_from_dict(json.loads(json.dumps(wire.fault_to_dict(fault)))) == fault
+
+
+@pytest.mark.parametrize("junk", [None, 3, {}, {"type": "explode"}, {"type": "delay"},
+                                  {"type": "delay", "seconds": "1"}, {"type": "crash", "extra": 1}])
+def test_a_bad_fault_record_is_malformed(junk):
+    with pytest.raises(MalformedBundle):
+        wire.fault_from_dict(junk)
