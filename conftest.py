@@ -11,7 +11,14 @@ import os
 
 import pytest
 
-from fakeshard.factory import DEFAULT_FACTORY, ENV_VAR, FactoryError, evidence_class_of, load_factory
+from fakeshard.factory import (
+    DEFAULT_FACTORY,
+    ENV_VAR,
+    FactoryError,
+    evidence_class_of,
+    load_factory,
+    makes_fixture_choices,
+)
 from stateful import profiles
 
 # The default profile; `--hypothesis-profile NAME` (Hypothesis's own option) overrides it.
@@ -43,8 +50,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [f"fakeshard engine factory: {name} (evidence class: {cls})"
-            for name, cls in config.fakeshard_classes.items()]  # type: ignore[attr-defined]
+    return [f"fakeshard engine factory: {name} (evidence class: {cls}; judged by "
+            + ("the contract and the fixture's choices)" if makes_fixture_choices(factory)
+               else "the contract alone)")
+            for (name, cls), factory in zip(config.fakeshard_classes.items(),  # type: ignore[attr-defined]
+                                            config.fakeshard_factories.values())]  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone."""
+    names = {id(f): n for n, f in config.fakeshard_factories.items()}  # type: ignore[attr-defined]
+    for item in items:
+        marker = item.get_closest_marker("fixture_choice")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None or "engine_factory" not in callspec.params:
+            continue
+        factory = callspec.params["engine_factory"]
+        if not makes_fixture_choices(factory):
+            item.add_marker(pytest.mark.skip(
+                reason=f"fixture choice, not the contract: {marker.args[0]} "
+                       f"({names.get(id(factory), factory)} is judged by the contract alone)"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -370,6 +370,9 @@ class FakeShardEngine(SessionEngine):
     """
 
     evidence_class = "fixture"
+    #: The suites also check the choices this engine makes where the contract
+    #: is silent (see :func:`fakeshard.factory.makes_fixture_choices`).
+    fixture_choices = True
 
     def __init__(
         self,

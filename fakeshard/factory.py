@@ -21,6 +21,7 @@ __all__ = [
     "FactoryError",
     "evidence_class_of",
     "load_factory",
+    "makes_fixture_choices",
     "resolve_factory_name",
 ]
 
@@ -87,3 +88,16 @@ def evidence_class_of(factory: EngineFactory) -> str:
     """The evidence class of the engines ``factory`` builds."""
     spec = ShardSpec("factory-probe", n_layers=2, start_layer=0, end_layer=2)
     return str(factory(spec).evidence_class)
+
+
+def makes_fixture_choices(factory: EngineFactory) -> bool:
+    """Whether ``factory``'s engines make the fixture's choices where the contract is silent.
+
+    A factory states it with a true ``fixture_choices`` attribute (the
+    project's own factories do: ``FakeShardEngine``, ``fakeshard.real``'s
+    ``tiny_engine``, ``fakeshard.remote``'s served factories). The suites run
+    their checks of those choices (error wording, ``fault_log``, exactly how
+    a ``Malformed`` kind breaks an output, constructor argument checks) only
+    on such engines; every other engine is judged by the contract alone.
+    """
+    return getattr(factory, "fixture_choices", False) is True

@@ -21,6 +21,7 @@ from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, hidden_che
 __all__ = [
     "Crash",
     "Delay",
+    "Drawn",
     "DropResponse",
     "Fault",
     "FaultInjector",

@@ -447,7 +447,8 @@ def served(factory: Any) -> Any:
     ``$FAKESHARD_SERVER`` set to a control URL, they are added to that
     running ``fakeshard serve`` instead (which runs its own factory).  The
     caller's clock accounts each node's delays (``Fakeshard-Delay``).  The
-    factory's ``tolerance``, ``logits`` and ``machine_hidden_size`` carry over.
+    factory's ``tolerance``, ``logits``, ``machine_hidden_size`` and
+    ``fixture_choices`` carry over.
     """
     def make(spec: ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
              clock: Optional[Clock] = None, faults: Optional[FaultPlan] = None) -> RemoteShardEngine:
@@ -467,7 +468,7 @@ def served(factory: Any) -> Any:
         weakref.finalize(engine, shared.doomed.append, described["name"])
         return engine
 
-    for attr in ("tolerance", "logits", "machine_hidden_size"):
+    for attr in ("tolerance", "logits", "machine_hidden_size", "fixture_choices"):
         if hasattr(factory, attr):
             setattr(make, attr, getattr(factory, attr))
     make.__name__ = f"served_{getattr(factory, '__name__', 'engine')}"
@@ -486,6 +487,8 @@ def _fixture_factory(spec: ShardSpec, **kwargs: Any) -> Any:
 
     return FakeShardEngine(spec, **kwargs)
 
+
+_fixture_factory.fixture_choices = True  # type: ignore[attr-defined]
 
 #: The fixture engine, served: ``pytest --engine fakeshard.remote:served_engine``.
 served_engine = served(_fixture_factory)

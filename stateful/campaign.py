@@ -11,6 +11,8 @@ Environment variables (set by ``fakeshard check``, usable by hand):
   summary as JSON, for ``fakeshard check`` to show and add up.
 * ``FAKESHARD_DATABASE``: a Hypothesis example database shared between
   hosts (``redis://...`` or a folder; see :mod:`stateful.database`).
+* ``FAKESHARD_TRACES_DIR``: where a failing machine saves its reduced trace
+  (default: ``stateful/regressions``, which ``pytest stateful`` replays).
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ def machine_settings() -> Settings:
     if shared is not None:
         overrides["database"] = shared
     return Settings(Settings.default, **overrides)
+
+
+def traces_dir() -> Path:
+    """``$FAKESHARD_TRACES_DIR``, else the saved regressions folder."""
+    from stateful.trace import REGRESSIONS
+
+    chosen = os.environ.get("FAKESHARD_TRACES_DIR")
+    return Path(chosen) if chosen else REGRESSIONS
 
 
 def worker_index() -> int:

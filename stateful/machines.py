@@ -23,6 +23,7 @@ from fakeshard import (
     MemoryPressure,
     ShardSpec,
 )
+from fakeshard.factory import makes_fixture_choices
 from fakeshard.faults import MALFORMED_KINDS
 from stateful.runner import BAD_INPUTS, EngineRunner
 from stateful.trace import Trace
@@ -46,6 +47,10 @@ class MachineConfig:
     #: models need more room (real attention heads) asks for a wider one with a
     #: ``machine_hidden_size`` attribute.
     hidden_size: int = 4
+    #: Whether the engines make the fixture's choices where the contract is
+    #: silent (``fixture_choices`` on the factory): steps whose outcome rests
+    #: on such a choice hold other engines to the contract alone.
+    fixture_choices: bool = False
     #: The trace of the most recent failing run (Hypothesis replays the
     #: shrunk example last, so after a failure this is the shrunk one).
     last_failure: Optional[Trace] = None
@@ -61,7 +66,8 @@ class MachineConfig:
     def for_factory(cls, factory: Callable[..., Any], factory_name: str, **kw: Any) -> "MachineConfig":
         """A config with what the factory states: its ``tolerance`` and ``machine_hidden_size``."""
         return cls(factory, factory_name, tolerance=getattr(factory, "tolerance", 0.0),
-                   hidden_size=getattr(factory, "machine_hidden_size", 4), **kw)
+                   hidden_size=getattr(factory, "machine_hidden_size", 4),
+                   fixture_choices=makes_fixture_choices(factory), **kw)
 
 
 def role_spec(role: str, hidden_size: int = 4) -> ShardSpec:

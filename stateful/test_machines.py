@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from stateful import probes
-from stateful.campaign import machine_settings, reporter_for, worker_seed
+from stateful.campaign import machine_settings, reporter_for, traces_dir, worker_seed
 from stateful.failover import FailoverMachine
 from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
 from stateful.regress import run_machine
@@ -23,7 +23,7 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
     before = probes.reached.copy()
     failed = True
     try:
-        run_machine(machine, config, settings=machine_settings(), seed=worker_seed())
+        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir())
         failed = False
     finally:
         reached = probes.reached - before

@@ -6,10 +6,17 @@ from typing import Any, Callable, Optional, Sequence
 
 import pytest
 
-from fakeshard import FaultPlan, ShardSpec, VirtualClock
+from fakeshard import FaultPlan, ShardError, ShardSpec, VirtualClock
 from fakeshard.feeder import Feeder
 
 N_LAYERS = 4
+#: The reason given where a test checks the fixture's wording of an error message.
+WORDING = "error wording (the contract fixes an error's type, code and fields, not its message)"
+
+#: The reason given where a test checks how a factory refuses bad constructor arguments.
+CONSTRUCTOR = ("constructor argument checks (the contract fixes the factory's signature, not how it "
+               "refuses bad arguments)")
+
 #: One layer range per role, over a 4-layer model.
 ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
 ROLES = tuple(ROLE_RANGES)
@@ -69,3 +76,20 @@ def raises_untouched(rig: Rig, sids: Sequence[str], error: type, fn: Callable[[]
         fn()
     assert rig.snapshot(*sids) == before
     return info.value
+
+
+def assert_carries(err: BaseException, code: str, session_id: Any, epoch: Any, **extra: Any) -> None:
+    """``err`` carries what the contract says an error carries: type, code and fields, not wording.
+
+    Where the call's ``session_id`` is a non-empty str and its ``epoch`` an
+    int >= 0, the error names them; otherwise each is the call's value or ``None``.
+    """
+    assert isinstance(err, ShardError), repr(err)
+    assert err.code == code, (err.code, code)
+    if isinstance(session_id, str) and session_id and type(epoch) is int and epoch >= 0:
+        assert (err.session_id, err.epoch) == (session_id, epoch), repr(err)
+    else:
+        assert err.session_id is None or err.session_id == session_id, repr(err)
+        assert err.epoch is None or err.epoch == epoch, repr(err)
+    for name, value in extra.items():
+        assert getattr(err, name) == value, (name, getattr(err, name), value)

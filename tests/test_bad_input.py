@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -15,7 +16,7 @@ from fakeshard import (
     TokenBundle,
     validate,
 )
-from tests.support import ROLES, Rig, raises_untouched
+from tests.support import ROLES, WORDING, Rig, assert_carries, raises_untouched
 
 
 def _replace(bundle, **changes):
@@ -41,17 +42,27 @@ TOKEN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("field,value,match", TOKEN_CASES)
-@pytest.mark.parametrize("role", ["head", "full"])
-def test_bad_token_bundle_is_malformed(engine_factory, role, field, value, match):
+def _send_bad_tokens(engine_factory, role, field, value):
     rig = Rig(engine_factory, role)
     rig.prefill("s", 0, 0, 2)
     good = rig.bundle("s", 0, 2, 1)
     bad = _replace(good, **{field: value})
     op = rig.engine.decode if field != "tokens" else rig.engine.prefill
-    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: op(bad))
-    assert err.code == "malformed_bundle"
-    assert __import__("re").search(match, str(err)), str(err)
+    return bad, raises_untouched(rig, ["s"], MalformedBundle, lambda: op(bad))
+
+
+@pytest.mark.parametrize("field,value,match", TOKEN_CASES)
+@pytest.mark.parametrize("role", ["head", "full"])
+def test_bad_token_bundle_is_malformed(engine_factory, role, field, value, match):
+    bad, err = _send_bad_tokens(engine_factory, role, field, value)
+    assert_carries(err, "malformed_bundle", bad.session_id, bad.epoch)
+
+
+@pytest.mark.fixture_choice(WORDING)
+@pytest.mark.parametrize("field,value,match", TOKEN_CASES)
+def test_bad_token_bundle_message_names_the_field(engine_factory, field, value, match):
+    _, err = _send_bad_tokens(engine_factory, "head", field, value)
+    assert re.search(match, str(err)), str(err)
 
 
 def _hidden_cases(good: HiddenBundle):
@@ -81,46 +92,88 @@ def _hidden_cases(good: HiddenBundle):
     ]
 
 
-@pytest.mark.parametrize("case", range(13))
-@pytest.mark.parametrize("role", ["middle", "tail"])
-def test_bad_hidden_bundle_is_malformed(engine_factory, role, case):
+def _send_bad_hidden(engine_factory, role, case):
     rig = Rig(engine_factory, role)
     rig.prefill("s", 0, 0, 2)
     good = rig.bundle("s", 0, 2, 1)
     name, bad, match = _hidden_cases(good)[case]
-    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+    return name, match, raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+
+
+@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("role", ["middle", "tail"])
+def test_bad_hidden_bundle_is_malformed(engine_factory, role, case):
+    _, _, err = _send_bad_hidden(engine_factory, role, case)
+    assert_carries(err, "malformed_bundle", "s", 0)
+
+
+@pytest.mark.fixture_choice(WORDING)
+@pytest.mark.parametrize("case", range(13))
+def test_bad_hidden_bundle_message_names_the_problem(engine_factory, case):
+    name, match, err = _send_bad_hidden(engine_factory, "tail", case)
     assert match in str(err), (name, str(err))
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_wrong_bundle_type_for_the_role(engine_factory, role):
+def _send_wrong_types(engine_factory, role):
     rig = Rig(engine_factory, role)
     rig.prefill("s", 0, 0, 2)
     other = Rig(engine_factory, "middle" if rig.spec.role.takes_tokens else "full")
     wrong = other.bundle("s", 0, 2, 1)
     for bad in (wrong, SampleBundle("s", 0, 3, 1), None, {"session_id": "s"}, "s", 42):
-        err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+        yield bad, raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_wrong_bundle_type_for_the_role(engine_factory, role):
+    for bad, err in _send_wrong_types(engine_factory, role):
+        assert_carries(err, "malformed_bundle", getattr(bad, "session_id", None), getattr(bad, "epoch", None))
+
+
+@pytest.mark.fixture_choice(WORDING)
+@pytest.mark.parametrize("role", ROLES)
+def test_wrong_bundle_type_message_names_the_type_taken(engine_factory, role):
+    for _, err in _send_wrong_types(engine_factory, role):
         assert "takes" in str(err)
+
+
+def _decode_two(engine_factory, role):
+    rig = Rig(engine_factory, role)
+    rig.prefill("s", 0, 0, 2)
+    return raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(rig.bundle("s", 0, 2, 2)))
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_decode_takes_exactly_one_position(engine_factory, role):
-    rig = Rig(engine_factory, role)
+    assert_carries(_decode_two(engine_factory, role), "malformed_bundle", "s", 0)
+
+
+@pytest.mark.fixture_choice(WORDING)
+def test_decode_of_two_positions_message_says_exactly_one(engine_factory):
+    assert "exactly one" in str(_decode_two(engine_factory, "full"))
+
+
+CLOSE_CASES = [
+    (None, 0, "session_id"), ("", 0, "session_id"), (3, 0, "session_id"),
+    ("s", -1, "epoch"), ("s", "1", "epoch"), ("s", True, "epoch"), ("s", None, "epoch"),
+]
+
+
+def _close_badly(engine_factory, op, sid, epoch):
+    rig = Rig(engine_factory, "full")
     rig.prefill("s", 0, 0, 2)
-    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(rig.bundle("s", 0, 2, 2)))
-    assert "exactly one" in str(err)
+    return raises_untouched(rig, ["s"], MalformedBundle, lambda: getattr(rig.engine, op)(sid, epoch))
 
 
 @pytest.mark.parametrize("op", ["cancel", "release"])
-@pytest.mark.parametrize("sid,epoch,match", [
-    (None, 0, "session_id"), ("", 0, "session_id"), (3, 0, "session_id"),
-    ("s", -1, "epoch"), ("s", "1", "epoch"), ("s", True, "epoch"), ("s", None, "epoch"),
-])
+@pytest.mark.parametrize("sid,epoch,match", CLOSE_CASES)
 def test_bad_close_arguments_are_malformed(engine_factory, op, sid, epoch, match):
-    rig = Rig(engine_factory, "full")
-    rig.prefill("s", 0, 0, 2)
-    err = raises_untouched(rig, ["s"], MalformedBundle, lambda: getattr(rig.engine, op)(sid, epoch))
-    assert match in str(err)
+    assert_carries(_close_badly(engine_factory, op, sid, epoch), "malformed_bundle", sid, epoch)
+
+
+@pytest.mark.fixture_choice(WORDING)
+@pytest.mark.parametrize("sid,epoch,match", CLOSE_CASES)
+def test_bad_close_arguments_message_names_the_argument(engine_factory, sid, epoch, match):
+    assert match in str(_close_badly(engine_factory, "release", sid, epoch))
 
 
 def test_sealed_refuses_values_it_cannot_checksum():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fakeshard import OutOfMemory
-from tests.support import ROLES, Rig, raises_untouched
+from tests.support import CONSTRUCTOR, ROLES, Rig, raises_untouched
 
 
 @pytest.fixture(params=ROLES)
@@ -57,6 +57,7 @@ def test_no_capacity_means_no_bound(engine_factory):
     assert rig.engine.used_tokens == 200
 
 
+@pytest.mark.fixture_choice(CONSTRUCTOR)
 @pytest.mark.parametrize("bad", [-1, 1.5, "10", True])
 def test_bad_capacity_is_refused(engine_factory, bad):
     with pytest.raises(ValueError, match="capacity_tokens"):

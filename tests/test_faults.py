@@ -24,7 +24,10 @@ from fakeshard import (
     validate,
 )
 from fakeshard.faults import MALFORMED_KINDS
-from tests.support import ROLES, Rig, raises_untouched
+from tests.support import CONSTRUCTOR, ROLES, Rig, assert_carries, raises_untouched
+
+#: The reason given where a test reads ``fault_log`` (the contract observes faults by their effects).
+FAULT_LOG = "fault_log, the record of fired faults (not in the contract or the ShardEngine protocol)"
 
 
 def plan(*rules, seed=0):
@@ -104,9 +107,7 @@ HIDDEN_KINDS = ("checksum", "shape", "layer", "nan", "session", "epoch", "positi
 SAMPLE_KINDS = ("token_range", "session", "epoch", "position")
 
 
-@pytest.mark.parametrize("kind", MALFORMED_KINDS)
-@pytest.mark.parametrize("role", ROLES)
-def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory, role, kind):
+def _malformed_and_clean(engine_factory, role, kind):
     rig = Rig(engine_factory, role, faults=plan(FaultRule(Malformed(kind), op="decode")))
     clean = Rig(engine_factory, role)
     for r in (rig, clean):
@@ -114,10 +115,57 @@ def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory,
     out, good = rig.decode("s", 0, 2), clean.decode("s", 0, 2)
     assert rig.engine.session("s") == clean.engine.session("s")  # the call was applied
     applies = kind in (SAMPLE_KINDS if rig.spec.role.samples else HIDDEN_KINDS)
+    return rig, out, good, applies
+
+
+def _finite(bundle):
+    return all(v == v and abs(v) != float("inf") for row in bundle.rows() for v in row)
+
+
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+@pytest.mark.parametrize("role", ROLES)
+def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory, role, kind):
+    """What the contract asks: the named field is wrong, and who can tell (the bundle, or the receiver)."""
+    rig, out, good, applies = _malformed_and_clean(engine_factory, role, kind)
     if not applies:
         assert out == good  # no field for it: spent without effect
         return
     assert out != good
+    full = rig.spec.with_layers(0, rig.spec.n_layers)
+    if isinstance(out, HiddenBundle):
+        resealed = HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, out.hidden)
+        changed = {
+            "checksum": out.checksum != resealed.checksum and out.rows() == good.rows(),
+            "shape": len(out.rows()) != len(good.rows()) or any(
+                len(row) != rig.spec.hidden_size for row in out.rows()),
+            "layer": out.layer != good.layer,
+            "nan": not _finite(out),
+            "session": out.session_id != good.session_id,
+            "epoch": out.epoch != good.epoch,
+            "position": out.start_pos != good.start_pos,
+        }
+    else:
+        assert isinstance(out, SampleBundle)
+        changed = {
+            "token_range": not 0 <= out.token < rig.spec.vocab_size,
+            "session": out.session_id != good.session_id,
+            "epoch": out.epoch != good.epoch,
+            "position": out.pos != good.pos,
+        }
+    assert changed[kind], (kind, out, good)
+    if kind in ("checksum", "shape", "nan", "token_range"):
+        with pytest.raises(MalformedBundle):
+            validate(out, full)  # the bundle alone shows it
+
+
+@pytest.mark.fixture_choice("how Malformed breaks an output exactly: the fields change by one, one column "
+                            "goes, a NaN lands at [0][0], and the checksum is resealed over the break")
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+@pytest.mark.parametrize("role", ROLES)
+def test_malformed_output_is_broken_the_fixture_way(engine_factory, role, kind):
+    rig, out, good, applies = _malformed_and_clean(engine_factory, role, kind)
+    if not applies:
+        return
     if isinstance(out, HiddenBundle):
         changed = {
             "checksum": out.checksum != good.checksum and out.rows() == good.rows(),
@@ -129,7 +177,6 @@ def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory,
             "position": out.start_pos == good.start_pos + 1,
         }
     else:
-        assert isinstance(out, SampleBundle)
         changed = {
             "token_range": out.token == rig.spec.vocab_size,
             "session": out.session_id != good.session_id,
@@ -137,10 +184,7 @@ def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory,
             "position": out.pos == good.pos + 1,
         }
     assert changed[kind]
-    if kind in ("checksum", "shape", "nan", "token_range"):
-        with pytest.raises(MalformedBundle):
-            validate(out, rig.spec.with_layers(0, rig.spec.n_layers))
-    else:
+    if kind not in ("checksum", "shape", "nan", "token_range"):
         validate(out)  # looks fine alone: only the receiver or the Pipeline can tell
 
 
@@ -159,6 +203,24 @@ def test_two_rules_of_one_kind_still_break_the_output(engine_factory, role, kind
 
 
 @pytest.mark.parametrize("other", [k for k in HIDDEN_KINDS if k != "checksum"])
+def test_two_kinds_on_one_call_still_break_the_output(engine_factory, other):
+    """The contract: an output with any Malformed kind fired is refused by its receiver."""
+    rig = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("checksum")),
+                                                  FaultRule(Malformed(other))))
+    out = rig.prefill("s", 0, 0, 2)
+    clean = Rig(engine_factory, "head").prefill("s", 0, 0, 2)
+    assert out != clean
+    resealed = HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, out.hidden)
+    tail = Rig(engine_factory, "tail")
+    if out.checksum == resealed.checksum and other in ("session", "epoch", "position"):
+        return  # a consistent bundle with a wrong identity: only the Pipeline can tell (its own test)
+    with pytest.raises(MalformedBundle):
+        tail.engine.prefill(out)
+
+
+@pytest.mark.fixture_choice("how Malformed kinds combine on one output: a checksum break survives the "
+                            "other kinds (applied last)")
+@pytest.mark.parametrize("other", [k for k in HIDDEN_KINDS if k != "checksum"])
 def test_checksum_stays_broken_beside_other_kinds(engine_factory, other):
     """Found by the faults machine: a later kind recomputed the checksum, undoing the break."""
     rig = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("checksum")),
@@ -172,8 +234,9 @@ def test_malformed_layer_is_refused_by_the_next_engine(engine_factory):
     head = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("layer"))))
     tail = Rig(engine_factory, "tail")
     out = head.prefill("s", 0, 0, 2)
-    with pytest.raises(MalformedBundle, match="layer"):
+    with pytest.raises(MalformedBundle) as info:
         tail.engine.prefill(out)
+    assert_carries(info.value, "malformed_bundle", "s", 0)
 
 
 @pytest.mark.parametrize("op", ["cancel", "release"])
@@ -234,32 +297,46 @@ def test_drop_is_spent_on_a_call_that_fails_first(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse())))
     raises_untouched(rig, ["s"], CacheMiss, lambda: rig.decode("s", 0, 0))
     rig.prefill("s", 0, 0, 1)  # no ResponseLost: the drop was spent on the failed call
-    assert len(rig.engine.fault_log) == 1
+
+
+@pytest.mark.fixture_choice(FAULT_LOG)
+def test_fault_log_records_a_spent_fault(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(DropResponse())))
+    with pytest.raises(CacheMiss):
+        rig.decode("s", 0, 0)
+    assert [(f.call, f.op, f.session_id, f.fault) for f in rig.engine.fault_log] == [
+        (1, "decode", "s", DropResponse())]
 
 
 # -- how rules are drawn ---------------------------------------------------------------------------
 
 
-def _fired_calls(engine):
-    return [f.call for f in engine.fault_log]
+def _delayed_calls(rig, calls):
+    """Which of ``calls`` (1-based) took time on the engine's clock: where a Delay rule fired."""
+    fired = []
+    for number, call in enumerate(calls, 1):
+        before = rig.clock.now()
+        call()
+        if rig.clock.now() != before:
+            fired.append(number)
+    return fired
+
+
+def _prefill_then_decodes(rig, n_decodes):
+    return [lambda: rig.prefill("s", 0, 0, 1)] + [
+        (lambda pos=pos: rig.decode("s", 0, pos)) for pos in range(1, n_decodes + 1)]
 
 
 def test_nth_and_count_select_a_window_of_matching_calls(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), op="decode", nth=2, count=3)))
-    rig.prefill("s", 0, 0, 1)
-    for pos in range(1, 7):
-        rig.decode("s", 0, pos)
     # Calls: 1 prefill, then decodes 2..7; matching decodes 2, 3, 4 (calls 3, 4, 5).
-    assert _fired_calls(rig.engine) == [3, 4, 5]
+    assert _delayed_calls(rig, _prefill_then_decodes(rig, 6)) == [3, 4, 5]
     assert rig.clock.now() == 3.0
 
 
 def test_count_none_fires_on_every_call_from_nth(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), nth=3, count=None)))
-    rig.prefill("s", 0, 0, 1)
-    for pos in range(1, 6):
-        rig.decode("s", 0, pos)
-    assert _fired_calls(rig.engine) == [3, 4, 5, 6]
+    assert _delayed_calls(rig, _prefill_then_decodes(rig, 5)) == [3, 4, 5, 6]
 
 
 def test_failing_calls_count_as_matching(engine_factory):
@@ -286,16 +363,26 @@ def test_stale_call_spends_a_drop(engine_factory):
     rig.prefill("s", 4, 0, 1)  # the drop was spent on the stale call
 
 
-def test_rules_combine_on_one_call(engine_factory):
+def _four_rules_on_one_prefill(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(
         FaultRule(Delay(0.5)), FaultRule(Delay(0.25)), FaultRule(Malformed("position")),
         FaultRule(DropResponse())))
     with pytest.raises(ResponseLost):
         rig.prefill("s", 0, 0, 2)
+    return rig
+
+
+def test_rules_combine_on_one_call(engine_factory):
+    rig = _four_rules_on_one_prefill(engine_factory)
     assert rig.clock.now() == 0.75
-    assert [type(f.fault).__name__ for f in rig.engine.fault_log] == [
-        "Delay", "Delay", "Malformed", "DropResponse"]
     assert rig.engine.session("s").cached_tokens == 2
+
+
+@pytest.mark.fixture_choice(FAULT_LOG)
+def test_fault_log_records_every_rule_that_fired_in_rule_order(engine_factory):
+    rig = _four_rules_on_one_prefill(engine_factory)
+    assert [(f.rule, type(f.fault).__name__) for f in rig.engine.fault_log] == [
+        (0, "Delay"), (1, "Delay"), (2, "Malformed"), (3, "DropResponse")]
 
 
 def test_crash_pre_empts_other_faults(engine_factory):
@@ -308,10 +395,7 @@ def test_probability_replays_exactly_from_the_plan_seed(engine_factory):
     def fired(seed):
         rig = Rig(engine_factory, "full", faults=plan(
             FaultRule(Delay(1.0), count=None, probability=0.5), seed=seed))
-        rig.prefill("s", 0, 0, 1)
-        for pos in range(1, 40):
-            rig.decode("s", 0, pos)
-        return _fired_calls(rig.engine)
+        return _delayed_calls(rig, _prefill_then_decodes(rig, 39))
 
     first = fired(7)
     assert first == fired(7)
@@ -322,10 +406,7 @@ def test_probability_replays_exactly_from_the_plan_seed(engine_factory):
 @pytest.mark.parametrize("p,expected", [(0.0, 0), (1.0, 10)])
 def test_probability_bounds(engine_factory, p, expected):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(1.0), count=None, probability=p)))
-    rig.prefill("s", 0, 0, 1)
-    for pos in range(1, 10):
-        rig.decode("s", 0, pos)
-    assert len(rig.engine.fault_log) == expected
+    assert len(_delayed_calls(rig, _prefill_then_decodes(rig, 9))) == expected
 
 
 def test_fault_counters_survive_restart(engine_factory):
@@ -359,6 +440,7 @@ def test_bad_fault_records_name_the_field(make, match):
         make()
 
 
+@pytest.mark.fixture_choice(CONSTRUCTOR)
 def test_engine_refuses_a_plan_that_is_not_a_plan(engine_factory):
     with pytest.raises(TypeError, match="faults"):
         Rig(engine_factory, "full", faults=[FaultRule(Crash())])

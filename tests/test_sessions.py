@@ -10,7 +10,10 @@ import pytest
 
 from fakeshard import (
     CacheMiss,
+    Crash,
     EngineCrashed,
+    FaultPlan,
+    FaultRule,
     MalformedBundle,
     OutOfMemory,
     PositionMismatch,
@@ -191,10 +194,24 @@ def test_close_frees_a_live_session(rig, op):
 # -- order of checks ------------------------------------------------------------------
 
 
-def test_crashed_comes_before_malformed(rig):
-    rig.engine.crash()
+def _crashing(engine_factory, role):
+    """A rig whose engine crashes on a release of session ``crash-now`` (a contract fault)."""
+    return Rig(engine_factory, role, faults=FaultPlan((FaultRule(Crash(), op="release", session_id="crash-now"),)))
+
+
+def _crash(rig):
+    with pytest.raises(EngineCrashed):
+        rig.engine.release("crash-now", 0)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_crashed_comes_before_malformed(engine_factory, role):
+    rig = _crashing(engine_factory, role)
+    _crash(rig)
     with pytest.raises(EngineCrashed):
         rig.engine.prefill("not a bundle")
+    with pytest.raises(EngineCrashed):
+        rig.engine.cancel("", -1)
 
 
 def test_malformed_comes_before_stale(rig):
@@ -227,10 +244,12 @@ def test_position_and_cache_miss_come_before_memory(engine_factory):
 # -- crash and restart -------------------------------------------------------------------
 
 
-def test_crash_wipes_sessions_and_tombstones_until_restart(rig):
+@pytest.mark.parametrize("role", ROLES)
+def test_crash_wipes_sessions_and_tombstones_until_restart(engine_factory, role):
+    rig = _crashing(engine_factory, role)
     rig.prefill("s", 0, 0, 3)
     rig.engine.cancel("t", 4)
-    rig.engine.crash()
+    _crash(rig)
     for call in (lambda: rig.prefill("s", 0, 3, 1), lambda: rig.engine.cancel("s", 0),
                  lambda: rig.engine.release("x", 0), lambda: rig.decode("s", 0, 3)):
         with pytest.raises(EngineCrashed) as info:

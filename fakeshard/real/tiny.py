@@ -82,6 +82,8 @@ class TinyFactory:
             raise ValueError(f"quant must be one of {', '.join(QUANTS)}, got {quant!r}")
         self.quant = quant
         self.tolerance = tolerance
+        #: Its engines are SessionEngines: they make every choice the fixture makes.
+        self.fixture_choices = True
         self.machine_hidden_size = machine_hidden_size
 
     def __call__(
