@@ -36,7 +36,7 @@ __all__ = [
     "summary_table",
 ]
 
-MACHINES = ("sessions", "faults", "failover", "surface")
+MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: Modules the machines exercise; the command-line and demo are not under their purview.

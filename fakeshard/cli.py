@@ -28,7 +28,7 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
     p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
     p.add_argument("--machines", type=_machines, default=("sessions", "faults", "failover", "surface"),
-                   help="comma-separated subset of sessions,faults,failover,surface (default: all)")
+                   help="comma-separated subset of sessions,faults,failover,surface,parallel (default: all)")
     p.add_argument("--engine", default=None,
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
@@ -138,11 +138,31 @@ def _replay(args: argparse.Namespace) -> int:
             raise _Fail(f"{path} is not a readable fakeshard trace: {exc}") from None
     status = 0
     for path, trace in traces:
+        if trace.machine == "parallel":
+            from stateful.parallel import replay_parallel
+
+            again = replay_parallel(trace, factory)
+            sys.stdout.write(_parallel_report(path, trace, name, again) + "\n")
+            status |= int(again.failed)
+            continue
         result = replay(trace, factory, name, tolerance=getattr(factory, "tolerance", 0.0),
                         stop_at_failure=False)
         sys.stdout.write(_replay_table(path, trace, result) + "\n")
         status |= int(result.failed)
     return status
+
+
+def _parallel_report(path: Path, trace: "object", name: str, again: "object") -> str:
+    lines = [f"{path} (parallel machine, found on {trace.engine_factory}, "  # type: ignore[attr-defined]
+             f"{trace.note or 'no note'})",  # type: ignore[attr-defined]
+             "the saved history, re-checked (ticks of one counter; [ ] from invocation to response):",
+             again.saved]  # type: ignore[attr-defined]
+    if again.failed:  # type: ignore[attr-defined]
+        lines += [f"FAILS on {name}: a run of the program is not linearizable:",
+                  again.message]  # type: ignore[attr-defined]
+    else:
+        lines.append(f"passes on {name}: every run of the program is linearizable")
+    return "\n".join(lines)
 
 
 def _replay_table(path: Path, trace: "object", result: "object") -> str:

@@ -43,7 +43,17 @@ def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, to
 
 def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
            tolerance: float = 0.0, stop_at_failure: bool = True) -> ReplayResult:
-    """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged."""
+    """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged.
+
+    A ``parallel`` trace runs its program again, several times, on fresh
+    engines; it fails when a history is not linearizable.
+    """
+    if trace.machine == "parallel":
+        from stateful.parallel import replay_parallel
+
+        again = replay_parallel(trace, factory)
+        return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,
+                            "NotLinearizable" if again.failed else None)
     runner = _runner_for(trace, factory, factory_name, tolerance)
     first: Optional[int] = None
     message: Optional[str] = None
