@@ -76,9 +76,17 @@ def role_spec(role: str, hidden_size: int = 4) -> ShardSpec:
 
 
 tokens = st.integers(0, 63)
+
+
+def spread(i: int) -> int:
+    """``i`` scrambled (a 64-bit multiplicative hash), so that Hypothesis's favourite
+    integers (0, small ones, powers of two, the bounds) land evenly modulo a short length."""
+    return ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> 29
+
+
 #: Hypothesis draws from short lists unevenly (it favours the first items); a wide
-#: integer taken modulo the list's length spreads the choice evenly over runs.
-roles = st.integers(0, 2**16).map(lambda i: sorted(ROLE_RANGES)[i % len(ROLE_RANGES)])
+#: integer, scrambled and taken modulo the list's length, spreads the choice evenly over runs.
+roles = st.integers(0, 2**16).map(lambda i: sorted(ROLE_RANGES)[spread(i) % len(ROLE_RANGES)])
 # Each rule draws few values (Hypothesis's drawing and shrinking cost grows with
 # them); lists repeat the common choice to weight it.
 #: Which session: "live:i" picks the i-th live one (if any), "any:i" the i-th of all.
@@ -280,8 +288,9 @@ class FaultsMachine(_EngineMachine):
         # show) meet calls they can act on; the drawn rules come first, so they still fire
         # as drawn.
         standing = STANDING_SAMPLE if role_spec(role).role.samples else STANDING_HIDDEN
-        fault = standing[mix % len(standing)]
-        op = ("any", "decode")[mix // len(standing) % 2]  # decodes succeed less often: aim some there
+        mixed = spread(mix)
+        fault = standing[mixed % len(standing)]
+        op = ("any", "decode")[mixed // len(standing) % 2]  # decodes succeed less often: aim some there
         rule = FaultRule(fault, op=op, count=None, probability=0.5)
         plan = FaultPlan(plan.rules + (rule,), plan.seed)
         self._start(role, capacity, seed, plan)
