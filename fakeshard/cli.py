@@ -27,8 +27,10 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (each xdist worker adds its index)")
     p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
     p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
-    p.add_argument("--machines", type=_machines, default=("sessions", "faults", "failover", "surface"),
-                   help="comma-separated subset of sessions,faults,failover,surface,parallel (default: all)")
+    from fakeshard.check import MACHINES
+
+    p.add_argument("--machines", type=_machines, default=MACHINES,
+                   help=f"comma-separated subset of {','.join(MACHINES)} (default: all)")
     p.add_argument("--engine", default=None,
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
