@@ -73,7 +73,7 @@ def _state(crashed: bool, sessions: dict[str, tuple[int, str, int]]) -> State:
 
 
 def step(state: State, call: Call, capacity: Optional[int],
-         token_of: Callable[[str, int], int]) -> tuple[State, Outcome]:
+         token_of: Callable[[str, int], Optional[int]]) -> tuple[State, Outcome]:
     """The contract applied to one call: the next state and the outcome a caller sees."""
     crashed, op = state[0], call[0]
     table = _sessions(state)
@@ -132,7 +132,7 @@ class Verdict:
     part: Optional[str] = None
 
 
-def _check_part(ops: list[Op], capacity: Optional[int], token_of: Callable[[str, int], int],
+def _check_part(ops: list[Op], capacity: Optional[int], token_of: Callable[[str, int], Optional[int]],
                 initial: State) -> Verdict:
     n = len(ops)
     required = 0
@@ -170,7 +170,7 @@ def _check_part(ops: list[Op], capacity: Optional[int], token_of: Callable[[str,
     return Verdict(False, explored, tuple(ops[i].index for i in order), stuck)
 
 
-def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], int],
+def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], Optional[int]],
           initial: State = INITIAL) -> Verdict:
     """Whether ``history`` is linearizable; split by session where nothing couples them."""
     coupled = capacity is not None or any(op.call[0] in GLOBAL_OPS for op in history) or initial[0]
@@ -191,7 +191,7 @@ def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, i
     return Verdict(True, explored)
 
 
-def check_whole(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], int],
+def check_whole(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], Optional[int]],
                 initial: State = INITIAL) -> Verdict:
     """Whether ``history`` is linearizable, searched as one (no split by session)."""
     return _check_part(list(history), capacity, token_of, initial)
