@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import Any, Optional
 
 import numpy as np
@@ -39,6 +40,7 @@ class Adapter:
         self.spec = spec
         self.clock = clock if clock is not None else fs.VirtualClock()
         self.faults = FaultInjector(faults)
+        self.lock = threading.Lock()
         self.rt = rt.ToyRuntime(spec.model_id, spec.n_layers, spec.start_layer, spec.end_layer,
                                 spec.hidden_size, spec.vocab_size, seed, capacity_tokens)
 
@@ -46,23 +48,32 @@ class Adapter:
     used_tokens = property(lambda self: self.rt.held)
 
     def session(self, session_id: str) -> Optional[View]:
-        s = self.rt.sessions.get(session_id)
-        return None if s is None else View(session_id, s.epoch, _STATUS[s.closed], s.length)
+        with self.lock:
+            s = self.rt.sessions.get(session_id)
+            return None if s is None else View(session_id, s.epoch, _STATUS[s.closed], s.length)
 
     def restart(self) -> None:
-        self.rt.reboot()
+        with self.lock:
+            self.rt.reboot()
+
+    # One call at a time: the contract asks every call to be atomic (linearizable).
+    # (The first version had no lock; the parallel machine caught it.)
 
     def prefill(self, bundle: Any) -> Any:
-        return self._call("prefill", bundle)
+        with self.lock:
+            return self._call("prefill", bundle)
 
     def decode(self, bundle: Any) -> Any:
-        return self._call("decode", bundle)
+        with self.lock:
+            return self._call("decode", bundle)
 
     def cancel(self, session_id: str, epoch: int) -> None:
-        self._close("cancel", session_id, epoch)
+        with self.lock:
+            self._close("cancel", session_id, epoch)
 
     def release(self, session_id: str, epoch: int) -> None:
-        self._close("release", session_id, epoch)
+        with self.lock:
+            self._close("release", session_id, epoch)
 
     # -- glue ----------------------------------------------------------------
 
