@@ -444,3 +444,79 @@ def test_bad_fault_records_name_the_field(make, match):
 def test_engine_refuses_a_plan_that_is_not_a_plan(engine_factory):
     with pytest.raises(TypeError, match="faults"):
         Rig(engine_factory, "full", faults=[FaultRule(Crash())])
+
+
+# -- the generator, as the contract writes it down ---------------------------------------------
+
+
+def _mt19937_draws(seed: int, n: int) -> list[float]:
+    """The contract's generator, written from its text (not from Python's ``random``)."""
+    mt, index = [0] * 624, 625
+
+    def init_genrand(s: int) -> None:
+        nonlocal index
+        mt[0] = s
+        for i in range(1, 624):
+            mt[i] = (1812433253 * (mt[i - 1] ^ (mt[i - 1] >> 30)) + i) & 0xFFFFFFFF
+        index = 624
+
+    key, value = [], abs(seed)
+    while True:
+        key.append(value & 0xFFFFFFFF)
+        value >>= 32
+        if not value:
+            break
+    init_genrand(19650218)
+    i, j = 1, 0
+    for _ in range(max(624, len(key))):
+        mt[i] = ((mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525)) + key[j] + j) & 0xFFFFFFFF
+        i, j = i + 1, (j + 1) % len(key)
+        if i >= 624:
+            mt[0], i = mt[623], 1
+    for _ in range(623):
+        mt[i] = ((mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941)) - i) & 0xFFFFFFFF
+        i += 1
+        if i >= 624:
+            mt[0], i = mt[623], 1
+    mt[0] = 0x80000000
+
+    def next32() -> int:
+        nonlocal index
+        if index >= 624:
+            for k in range(624):
+                y = (mt[k] & 0x80000000) | (mt[(k + 1) % 624] & 0x7FFFFFFF)
+                mt[k] = mt[(k + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
+            index = 0
+        y = mt[index]
+        index += 1
+        y ^= y >> 11
+        y ^= (y << 7) & 0x9D2C5680
+        y ^= (y << 15) & 0xEFC60000
+        return y ^ (y >> 18)
+
+    out = []
+    for _ in range(n):
+        a, b = next32() >> 5, next32() >> 6
+        out.append((a * 67108864 + b) / 2**53)
+    return out
+
+
+def test_the_documented_generator_gives_the_contract_test_vector():
+    assert [round(u, 6) for u in _mt19937_draws(7, 6)] == [
+        0.323833, 0.150849, 0.650934, 0.072436, 0.535882, 0.365689]
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**40 + 5])
+def test_probability_rules_fire_as_the_documented_generator_says(engine_factory, seed):
+    """Two rules with p < 1 take alternate draws on each call; a certain rule takes none."""
+    rig = Rig(engine_factory, "full", faults=plan(
+        FaultRule(Delay(1.0), op="decode", count=None, probability=0.5),
+        FaultRule(Delay(0.0), op="decode", count=None),
+        FaultRule(Delay(2.0), op="decode", count=None, probability=0.3), seed=seed))
+    draws = _mt19937_draws(seed, 40)
+    rig.prefill("s", 0, 0, 1)
+    for pos in range(1, 21):
+        before = rig.clock.now()
+        rig.decode("s", 0, pos)
+        u1, u2 = draws[2 * (pos - 1)], draws[2 * (pos - 1) + 1]
+        assert rig.clock.now() - before == (1.0 if u1 < 0.5 else 0.0) + (2.0 if u2 < 0.3 else 0.0)
