@@ -4,8 +4,9 @@ Histories come from running generated programs on the fixture (every one
 linearizable) and on a planted racy engine (some not: those search the most).
 Prints histories checked per second at 3 branches x 10 calls (goal: each in
 under 50 ms), the split-by-session search against the whole search (the
-baseline, same histories, same process), and the longest history (3
-branches x N calls) checked within 1 s.
+baseline, same histories, same process), how many programs the ci campaign
+runs before it catches each planted racy engine, and the longest history
+(3 branches x N calls) checked within 1 s.
 
     python3 benchmarks/linearizability.py
 """
@@ -96,6 +97,25 @@ def main() -> None:
     for label in dict.fromkeys(r[0] for r in rows):
         whole, split = by[(label, "whole (baseline)")], by[(label, "split by session")]
         print(f"  {label}: split/whole time {sum_ratio(split, whole):.2f}x")
+    print("programs until each planted racy engine is caught (ci sizes: 250 programs x 4 runs), 3 trials:")
+    import stateful.profiles  # noqa: F401  (registers the ci profile)
+    from hypothesis import settings
+
+    from stateful.machines import MachineConfig
+    from stateful.parallel import NotLinearizable, run_parallel
+
+    for name in racy.RACY:
+        found = []
+        started = time.perf_counter()
+        for _ in range(3):
+            config = MachineConfig(getattr(racy, name), name)
+            try:
+                run_parallel(config, settings=settings.get_profile("ci"))
+                found.append("missed")
+            except NotLinearizable:
+                found.append(str(config.runs))
+        print(f"  {name:<28} programs: {', '.join(found):<16} "
+              f"{(time.perf_counter() - started) / 3:6.2f} s per trial (search and shrink)")
     print("longest history checked within 1 s (3 branches x N calls, fixture, every call kind):")
     calls = 10
     while calls <= 640:

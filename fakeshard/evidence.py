@@ -203,12 +203,15 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         *(_FIXTURE_LIMITS if fixture else _REAL_LIMITS),
         "* Coverage says which lines and branches ran, not that every behaviour on them was "
         "checked; the checks are the model comparisons and invariants.",
-        "* Time is virtual: no timeout, no real concurrency, no network partition is exercised; "
-        "calls are sequential.",
+        "* Time is virtual: no timeout and no network partition is exercised. Every machine but "
+        "`parallel` makes one call at a time; `parallel` runs calls on threads of one process "
+        "(CPython), so a pass means no race showed in the interleavings it hit, not a proof of "
+        "atomicity.",
         "* The machines draw bounded worlds (3 sessions, small epochs and capacities, at most "
         f"{o.steps or 'the profile’s'} steps a run): bugs that need long histories may be missed.",
-        "* Probability faults draw from `random.Random(plan.seed)`; an engine that draws "
-        "differently fails the faults machine without breaking the contract's words.",
+        "* Probability faults draw from the generator the contract writes down "
+        "(`random.Random(plan.seed)`, MT19937); an engine must draw the same way to pass the "
+        "faults machine.",
         "",
         "## Dependency handoff",
         "",
