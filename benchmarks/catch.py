@@ -1,0 +1,78 @@
+"""How long the ci campaign takes to catch each planted bug.
+
+For every planted bug (``tests/planted.py``: the session, fault and failover
+machines) and every planted racy engine (``tests/racy.py``: the parallel
+machine), runs its machine under the ``ci`` settings without shrinking and
+prints the time to the first failure, then the median and the slowest, and
+the same figures for the fixture running the same campaign to the end (the
+baseline: what a full campaign costs on this machine, in this process).
+
+    python3 benchmarks/catch.py            # every bug
+    python3 benchmarks/catch.py leaky      # bugs whose name contains "leaky"
+
+Goal (issue 9): every planted bug within 60 s on 2 cores, median <= 10 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import stateful.profiles  # noqa: E402,F401  (registers the ci profile)
+from hypothesis import Phase, settings  # noqa: E402
+
+from fakeshard import FakeShardEngine  # noqa: E402
+from stateful.failover import FailoverMachine  # noqa: E402
+from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine  # noqa: E402
+from stateful.parallel import NotLinearizable, run_parallel  # noqa: E402
+from stateful.regress import run_machine  # noqa: E402
+from tests import racy  # noqa: E402
+from tests.planted import BUGS  # noqa: E402
+
+MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
+CI_NO_SHRINK = settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                        database=None)
+
+
+def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool, int]:
+    """Seconds until the machine fails (or finishes), whether it failed, and its runs."""
+    config = MachineConfig(factory, name)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    try:
+        if machine == "parallel":
+            run_parallel(config, settings=CI_NO_SHRINK)
+        else:
+            run_machine(MACHINES[machine], config, settings=CI_NO_SHRINK, save_dir=None)
+        caught = False
+    except (AssertionError, NotLinearizable):
+        caught = True
+    return time.perf_counter() - started, caught, config.runs
+
+
+def main(pattern: str = "") -> None:
+    cases = [(b.name, b.machine, b.factory) for b in BUGS]
+    cases += [(name, "parallel", getattr(racy, name)) for name in racy.RACY]
+    cases = [c for c in cases if pattern in c[0]]
+    print(f"time to the first failure under ci (no Hypothesis shrinking; the parallel machine's own "
+          f"reduction included), {len(cases)} planted bugs")
+    print(f"{'bug':<28} {'machine':<9} {'runs':>5} {'seconds':>8}  result")
+    times = []
+    for name, machine, factory in cases:
+        seconds, caught, runs = time_machine(machine, factory, name)
+        times.append(seconds)
+        print(f"{name:<28} {machine:<9} {runs:>5} {seconds:>8.2f}  {'caught' if caught else 'MISSED'}")
+    if times:
+        print(f"median {statistics.median(times):.2f} s, slowest {max(times):.2f} s "
+              f"(goal: median <= 10 s, every one <= 60 s)")
+    print("baseline, the fixture through each whole ci campaign (nothing to catch):")
+    for machine in ("sessions", "faults", "failover", "parallel"):
+        seconds, caught, runs = time_machine(machine, FakeShardEngine, "fakeshard:FakeShardEngine")
+        print(f"  {machine:<9} {runs:>5} runs {seconds:>8.2f} s{'  FAILED' if caught else ''}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "")
