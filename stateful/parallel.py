@@ -272,25 +272,28 @@ def _smaller(program: Program) -> list[Program]:
 
 
 def shrink(factory: Callable[..., Any], spec: ShardSpec, program: Program, found: tuple[list[Op], Verdict],
-           repeats: int, tokens: Tokens, budget: int = 4000) -> tuple[Program, list[Op], Verdict]:
+           repeats: int, tokens: Tokens, budget: int = 6000) -> tuple[Program, list[Op], Verdict]:
     """Remove pieces while some run of the smaller program still fails; at most ``budget`` runs.
 
     A smaller program may fail in fewer interleavings, so each candidate gets
-    four times the campaign's runs before it is judged sound.
+    four times the campaign's runs before it is judged sound; when a whole
+    pass finds no smaller failing program, one more pass gives every
+    candidate sixteen times the campaign's runs before the search stops (a
+    loaded machine schedules threads differently from run to run).
     """
-    repeats *= 4
     runs = 0
-    progress = True
-    while progress and runs < budget:
-        progress = False
-        for candidate in _smaller(program):
-            if runs >= budget:
-                break
-            runs += repeats
-            failure = find_failure(factory, spec, candidate, repeats, tokens)
-            if failure is not None:
-                program, found, progress = candidate, failure, True
-                break
+    for tries in (repeats * 4, repeats * 16):
+        progress = True
+        while progress and runs < budget:
+            progress = False
+            for candidate in _smaller(program):
+                if runs >= budget:
+                    break
+                runs += tries
+                failure = find_failure(factory, spec, candidate, tries, tokens)
+                if failure is not None:
+                    program, found, progress = candidate, failure, True
+                    break
     return program, found[0], found[1]
 
 
