@@ -23,19 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import stateful.profiles  # noqa: E402,F401  (registers the ci profile)
-from hypothesis import Phase, settings  # noqa: E402
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from stateful.failover import FailoverMachine  # noqa: E402
-from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine  # noqa: E402
+from stateful.machines import MachineConfig  # noqa: E402
 from stateful.parallel import NotLinearizable, run_parallel  # noqa: E402
 from stateful.regress import run_machine  # noqa: E402
 from tests import racy  # noqa: E402
 from tests.planted import BUGS  # noqa: E402
-
-MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
-CI_NO_SHRINK = settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                        database=None)
+# The same machines and settings as the test that asserts each bug is caught.
+from tests.test_planted import CI_NO_SHRINK, MACHINES  # noqa: E402
 
 
 def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool, int]:

@@ -276,9 +276,9 @@ def shrink(factory: Callable[..., Any], spec: ShardSpec, program: Program, found
     """Remove pieces while some run of the smaller program still fails; at most ``budget`` runs.
 
     A smaller program may fail in fewer interleavings, so each candidate gets
-    four times the campaign's runs before it is judged sound; when a whole
-    pass finds no smaller failing program, one more pass gives every
-    candidate sixteen times the campaign's runs before the search stops (a
+    four times the campaign's runs before it is judged sound; once a whole
+    pass finds no smaller failing program, the search goes on with sixteen
+    times the campaign's runs per candidate until a pass finds none again (a
     loaded machine schedules threads differently from run to run).
     """
     runs = 0
