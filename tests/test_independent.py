@@ -3,7 +3,9 @@
 An engine written from the contract alone (``tests/independent``: its own
 runtime, behind an adapter like a user's) passes every contract check in
 ``tests/`` and ``stateful/``; the same engine with one rule broken fails.
-The runs are separate pytest processes, as a user would start them.
+The contract tests run as separate pytest processes, as a user would start
+them; a broken engine's machine runs in this process under the ``ci``
+settings without the shrink phase, as the planted bugs do.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from stateful.machines import MachineConfig
+from stateful.regress import replay, run_machine
+from stateful.trace import Trace
 from tests.independent import broken
+from tests.independent.adapter import make_engine
+from tests.test_planted import CI_NO_SHRINK, MACHINES
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEPENDENT = "tests.independent.adapter:make_engine"
@@ -77,20 +84,17 @@ CATCHERS = {
 def test_one_broken_rule_fails_the_tests_and_the_machines(tmp_path, name):
     factory = f"tests.independent.broken:{name}"
     files, machine = CATCHERS[name]
-    run = _pytest(tmp_path, *files, "--engine", factory, timeout=600)
+    run = _pytest(tmp_path, *files, "--engine", factory, "-x", timeout=600)  # one failure is enough
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
     assert re.search(r"\d+ failed", run.stdout), run.stdout[-2000:]
-    # Under ci (derandomized), so the machine finds the same failure on every run.
-    machines = _pytest(tmp_path, "stateful/test_machines.py", "-k", machine, "--engine", factory, timeout=600,
-                       profile="ci")
-    assert machines.returncode == 1, machines.stdout[-3000:]
+    # The machine, under ci (derandomized) without Hypothesis's shrink phase, as the planted
+    # bugs run (shrinking a campaign's failure takes minutes; the saved trace is reduced anyway).
+    config = MachineConfig.for_factory(getattr(broken, name), factory)
+    with pytest.raises(AssertionError):
+        run_machine(MACHINES[machine], config, settings=CI_NO_SHRINK, save_dir=tmp_path / "traces")
     saved = list((tmp_path / "traces").glob("*.json"))
-    assert saved, machines.stdout[-2000:]
+    assert saved, "the machine failed but saved no trace"
     # The saved trace replays the failure on the broken engine, and passes on the sound one.
-    from stateful.regress import replay
-    from stateful.trace import Trace
-    from tests.independent.adapter import make_engine
-
     trace = Trace.load(saved[0])
     assert replay(trace, getattr(broken, name), factory).failed
     assert not replay(trace, make_engine, INDEPENDENT).failed
