@@ -31,16 +31,16 @@ INDEPENDENT = "tests.independent.adapter:make_engine"
 CHOICE = "fixture choice, not the contract: "
 
 
-def _pytest(tmp_path: Path, *args: str, timeout: float, profile: str = "") -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
     """``python -m pytest ARGS`` in the checkout; traces and examples go under ``tmp_path``.
 
-    ``profile``: the Hypothesis profile (default: the one this run loaded).
+    Under the Hypothesis profile this run loaded.
     """
     env = {**os.environ, "FAKESHARD_TRACES_DIR": str(tmp_path / "traces")}
     for var in ("FAKESHARD_ENGINE", "FAKESHARD_CAMPAIGN_DIR", "FAKESHARD_DATABASE", "PYTEST_ADDOPTS",
                 "PYTEST_XDIST_WORKER"):
         env.pop(var, None)
-    profile = profile or settings.get_current_profile_name()
+    profile = settings.get_current_profile_name()
     if not settings.get_profile(profile).derandomize:  # a derandomized profile keeps no examples
         env["FAKESHARD_DATABASE"] = str(tmp_path / "examples")
     return subprocess.run(
