@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import stateful.profiles  # noqa: E402,F401  (registers the ci profile)
+from fakeshard.testing import profiles  # noqa: E402,F401  (the kit's ci profile)
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from stateful.machines import MachineConfig  # noqa: E402
-from stateful.parallel import NotLinearizable, run_parallel  # noqa: E402
-from stateful.regress import run_machine  # noqa: E402
+from fakeshard.testing.machines import MachineConfig  # noqa: E402
+from fakeshard.testing.parallel import NotLinearizable, run_parallel  # noqa: E402
+from fakeshard.testing.regress import run_machine  # noqa: E402
 from tests import racy  # noqa: E402
 from tests.planted import BUGS  # noqa: E402
 # The same machines and settings as the test that asserts each bug is caught.

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from stateful.linearizability import check, check_whole  # noqa: E402
-from stateful.parallel import SESSIONS, Program, Tokens, run_program, spec_for  # noqa: E402
+from fakeshard.testing.linearizability import check, check_whole  # noqa: E402
+from fakeshard.testing.parallel import SESSIONS, Program, Tokens, run_program, spec_for  # noqa: E402
 from tests import racy  # noqa: E402
 
 
@@ -98,11 +98,11 @@ def main() -> None:
         whole, split = by[(label, "whole (baseline)")], by[(label, "split by session")]
         print(f"  {label}: split/whole time {sum_ratio(split, whole):.2f}x")
     print("programs until each planted racy engine is caught (ci sizes: 250 programs x 4 runs), 3 trials:")
-    import stateful.profiles  # noqa: F401  (registers the ci profile)
+    from fakeshard.testing import profiles
     from hypothesis import settings
 
-    from stateful.machines import MachineConfig
-    from stateful.parallel import NotLinearizable, run_parallel
+    from fakeshard.testing.machines import MachineConfig
+    from fakeshard.testing.parallel import NotLinearizable, run_parallel
 
     for name in racy.RACY:
         found = []
@@ -110,7 +110,7 @@ def main() -> None:
         for _ in range(3):
             config = MachineConfig(getattr(racy, name), name)
             try:
-                run_parallel(config, settings=settings.get_profile("ci"))
+                run_parallel(config, settings=profiles.get("ci"))
                 found.append("missed")
             except NotLinearizable:
                 found.append(str(config.runs))

@@ -1,15 +1,20 @@
 """``fakeshard check``: a state-machine campaign under coverage, with progress and a summary.
 
-The campaign runs ``pytest`` on ``stateful/test_machines.py`` (and, for a
-full ``ci`` campaign, the probe check) in a subprocess under coverage.py with
-branch coverage; ``--workers N`` spreads it with pytest-xdist, and coverage
+The campaign runs ``pytest`` on the kit's campaign module,
+``fakeshard/testing/suite.py`` (the machines and, for a full ``ci`` campaign,
+the probe check), in a subprocess under coverage.py with branch coverage of
+the installed ``fakeshard`` package (the kit itself left out); ``--workers N`` spreads it with pytest-xdist, and coverage
 follows the workers (``patch = subprocess``) and is combined afterwards.
 Each machine run writes its progress and summary under the output folder;
 this module shows a progress bar while it runs and a table when it ends.
+It works from an installed package in any folder: the working folder is the
+source checkout where there is one, else the current folder; ``--out`` and
+``--traces`` are relative to it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -32,15 +37,15 @@ __all__ = [
     "PROFILES",
     "required_probes",
     "run_check",
-    "source_root",
     "summary_table",
+    "work_dir",
 ]
 
 MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
-#: Modules the machines exercise; the command-line and demo are not under their purview.
-COVERAGE_OMIT = ("*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
+#: What the machines' coverage leaves out: the kit itself, the command line and the demo.
+COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
                  "*/fakeshard/check.py", "*/fakeshard/evidence.py", "*/fakeshard/schema.py",
                  "*/fakeshard/topology.py")
 #: The network transport: measured only when the engine under test is a served node.
@@ -72,6 +77,8 @@ class CheckOptions:
     engine: str = "fakeshard:FakeShardEngine"
     workers: int = 1
     out: Path = Path(".fakeshard/check")
+    #: Where failing machines save reduced traces (default: the kit's, see ``trace.REGRESSIONS``).
+    traces: Optional[Path] = None
     min_branch_coverage: Optional[float] = None
     certify: bool = False
     database: Optional[str] = None
@@ -100,18 +107,28 @@ class CheckResult:
         return floor is None or self.coverage.get("branch_percent", 0.0) >= floor
 
 
-def source_root() -> Path:
-    """The checkout that holds ``stateful/``; the campaign needs the suite's source."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "stateful" / "test_machines.py").is_file():
-        raise CheckError(
-            f"the state-machine suite (stateful/) is not beside {Path(__file__).parent}; "
-            "run from a clone installed with pip install -e '.[test]'"
-        )
-    return root
+PACKAGE = Path(__file__).resolve().parent
+#: The campaign as pytest tests; it ships with the package.
+SUITE = PACKAGE / "testing" / "suite.py"
+
+
+def work_dir() -> Path:
+    """The source checkout this package runs from, else the current folder."""
+    from fakeshard.testing.trace import checkout_root
+
+    return checkout_root() or Path.cwd()
+
+
+def _need_kit() -> None:
+    """The campaign needs Hypothesis and pytest (the extra ``test``)."""
+    missing = [name for name in ("hypothesis", "pytest", "coverage")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CheckError(f"the campaign needs {', '.join(missing)}: pip install 'fakeshard[test]'")
 
 
 def _validate(options: CheckOptions) -> str:
+    _need_kit()
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
     unknown = [m for m in options.machines if m not in MACHINES]
@@ -125,7 +142,7 @@ def _validate(options: CheckOptions) -> str:
     if options.workers < 1:
         raise CheckError(f"--workers must be >= 1, got {options.workers}")
     if options.database:
-        from stateful.database import DatabaseError, example_database
+        from fakeshard.testing.database import DatabaseError, example_database
 
         if options.profile == "ci":
             raise CheckError("--database needs a randomized profile: ci is derandomized and uses no "
@@ -147,12 +164,12 @@ def _validate(options: CheckOptions) -> str:
     return evidence_class
 
 
-def _coverage_rc(out: Path, root: Path, evidence_class: str, engine: str = "") -> Path:
+def _coverage_rc(out: Path, evidence_class: str, engine: str = "") -> Path:
     rc = out / "coveragerc"
     omit = "\n    ".join(coverage_omit(evidence_class, engine))
     rc.write_text(
         "[run]\nbranch = True\nparallel = True\npatch = subprocess\n"
-        f"source = {root / 'fakeshard'}\ndata_file = {out / '.coverage'}\n"
+        f"source = {PACKAGE}\ndata_file = {out / '.coverage'}\n"
         f"omit =\n    {omit}\n",
         encoding="utf-8",
     )
@@ -160,15 +177,13 @@ def _coverage_rc(out: Path, root: Path, evidence_class: str, engine: str = "") -
 
 
 def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest",
-           "stateful/test_machines.py"]
+    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", str(SUITE)]
     selected = " or ".join(options.machines)
     full_ci = options.profile == "ci" and set(options.machines) == set(MACHINES) \
         and options.examples is None and options.steps is None
     if full_ci:  # the probe requirement is made of a full ci campaign
-        cmd.append("stateful/test_probes.py")
         selected = f"({selected}) or test_ci_campaign_reaches_every_probe"
-    cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile={options.profile}",
+    cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile=fakeshard-{options.profile}",
             f"--engine={options.engine}", "-k", selected]
     if options.workers > 1:
         cmd += ["-n", str(options.workers)]
@@ -200,20 +215,23 @@ def _bar(p: dict[str, Any], width: int = 24) -> str:
 def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckResult:
     """Run the campaign; raise :class:`CheckError` for bad options."""
     evidence_class = _validate(options)
-    root = source_root()
+    root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")):
         stale.unlink()
-    rc = _coverage_rc(out, root, evidence_class, options.engine)
+    rc = _coverage_rc(out, evidence_class, options.engine)
     cmd = _pytest_command(options, rc)
     # A fresh cache of real-model files: each campaign writes the tiny models it uses, so
     # its coverage does not depend on what an earlier run left behind.
     shutil.rmtree(out / "models", ignore_errors=True)
     env = {**os.environ, "FAKESHARD_CAMPAIGN_DIR": str(out / "campaign"),
            "FAKESHARD_MODEL_CACHE": str(out / "models")}
+    traces = None if options.traces is None else options.traces if options.traces.is_absolute() \
+        else root / options.traces
     for var, value in (("FAKESHARD_MAX_EXAMPLES", options.examples), ("FAKESHARD_STEPS", options.steps),
-                       ("FAKESHARD_SEED", options.seed), ("FAKESHARD_DATABASE", options.database)):
+                       ("FAKESHARD_SEED", options.seed), ("FAKESHARD_DATABASE", options.database),
+                       ("FAKESHARD_TRACES_DIR", traces)):
         if value is None:
             env.pop(var, None)
         else:
@@ -244,8 +262,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
-    sys.path.insert(0, str(root))
-    from stateful.probes import missing
+    from fakeshard.testing.probes import missing
 
     result.missing_probes = missing(set(result.probes))
     result.coverage = _coverage_reports(out, rc)
@@ -302,7 +319,7 @@ def summary_table(result: CheckResult) -> str:
 
 
 def required_probes() -> frozenset[str]:
-    """The probes a full ci campaign must reach (``stateful.probes.REQUIRED``)."""
-    from stateful.probes import REQUIRED
+    """The probes a full ci campaign must reach (``fakeshard.testing.probes.REQUIRED``)."""
+    from fakeshard.testing.probes import REQUIRED
 
     return REQUIRED

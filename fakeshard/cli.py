@@ -35,7 +35,11 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
     p.add_argument("--out", type=Path, default=Path(".fakeshard/check"),
-                   help="where coverage data, reports and the pytest log go (default .fakeshard/check)")
+                   help="where coverage data, reports and the pytest log go (default .fakeshard/check, "
+                        "under the checkout or else the current folder)")
+    p.add_argument("--traces", type=Path, default=None,
+                   help="where failing machines save reduced traces (default: $FAKESHARD_TRACES_DIR, else "
+                        "stateful/regressions in the checkout, else .fakeshard/traces)")
     p.add_argument("--min-branch-coverage", type=float, default=None,
                    help="fail if branch coverage of fakeshard/ from the machines is below this percent")
     p.add_argument("--certify", action="store_true",
@@ -83,9 +87,14 @@ def _check_options(args: argparse.Namespace) -> "object":
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=args.machines, engine=resolve_factory_name(args.engine), workers=args.workers,
-        out=args.out, min_branch_coverage=args.min_branch_coverage, certify=args.certify,
+        out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"), min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
     )
+
+
+def _env_path(name: str) -> "Path | None":
+    value = os.environ.get(name)
+    return Path(value) if value else None
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -118,12 +127,13 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from fakeshard.check import source_root
     from fakeshard.factory import FactoryError, load_factory, resolve_factory_name
 
-    sys.path.insert(0, str(source_root()))
-    from stateful.regress import replay
-    from stateful.trace import Trace
+    try:
+        from fakeshard.testing.regress import replay
+    except ImportError as exc:
+        raise _Fail(f"replay needs the extra 'test' (pip install 'fakeshard[test]'): {exc}") from None
+    from fakeshard.testing.trace import Trace
 
     name = resolve_factory_name(args.engine)
     try:
@@ -141,7 +151,7 @@ def _replay(args: argparse.Namespace) -> int:
     status = 0
     for path, trace in traces:
         if trace.machine == "parallel":
-            from stateful.parallel import replay_parallel
+            from fakeshard.testing.parallel import replay_parallel
 
             again = replay_parallel(trace, factory)
             sys.stdout.write(_parallel_report(path, trace, name, again) + "\n")

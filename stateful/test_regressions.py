@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from stateful.regress import replay
-from stateful.trace import REGRESSIONS, Trace
+from fakeshard.testing.regress import replay
+from fakeshard.testing.trace import Trace
 
+#: The checkout's saved counterexamples (``fakeshard.testing.trace.REGRESSIONS`` in a checkout).
+REGRESSIONS = Path(__file__).with_name("regressions")
 TRACES = sorted(REGRESSIONS.glob("*.json"))
 
 

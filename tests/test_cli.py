@@ -84,7 +84,7 @@ def test_replay_refuses_a_corrupt_trace(tmp_path):
 
 
 def test_replay_shows_a_saved_trace_passing(tmp_path):
-    from stateful.trace import REGRESSIONS
+    from fakeshard.testing.trace import REGRESSIONS
 
     trace = sorted(REGRESSIONS.glob("*.json"))[0]
     result = _run("replay", str(trace))
@@ -94,7 +94,7 @@ def test_replay_shows_a_saved_trace_passing(tmp_path):
 
 
 def test_replay_marks_the_first_divergence_on_a_buggy_engine():
-    from stateful.trace import REGRESSIONS, Trace
+    from fakeshard.testing.trace import REGRESSIONS, Trace
 
     for path in sorted(REGRESSIONS.glob("*.json")):
         if "leaky_release" in Trace.load(path).note:

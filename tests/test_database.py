@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from stateful import database
+from fakeshard.testing import database
 
 ROOT = Path(__file__).resolve().parent.parent
 redis = pytest.importorskip("redis", reason="the shared database needs the extra 'redis'")
@@ -63,9 +63,9 @@ import redis
 from hypothesis import Phase, settings
 from hypothesis.extra.redis import RedisExampleDatabase
 
-import stateful.profiles
-from stateful.machines import MachineConfig, SessionsMachine
-from stateful.regress import run_machine
+import fakeshard.testing.profiles
+from fakeshard.testing.machines import MachineConfig, SessionsMachine
+from fakeshard.testing.regress import run_machine
 from tests.planted import BUGS
 
 url, seed, phases, prefix, save_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -130,9 +130,9 @@ def test_check_shares_the_database_and_refuses_what_cannot_work(redis_url, tmp_p
 
 
 def test_the_environment_variable_reaches_the_machines_settings(redis_url, monkeypatch):
-    from stateful.campaign import machine_settings
+    from fakeshard.testing.campaign import machine_settings
 
-    from stateful import profiles
+    from fakeshard.testing import profiles
 
     monkeypatch.setenv(database.ENV_VAR, redis_url)
     try:

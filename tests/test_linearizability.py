@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakeshard import FakeShardEngine
-from stateful.linearizability import INITIAL, Op, check, check_whole, step, timeline
-from stateful.machines import MachineConfig
-from stateful.parallel import (
+from fakeshard.testing import profiles
+from fakeshard.testing.linearizability import INITIAL, Op, check, check_whole, step, timeline
+from fakeshard.testing.machines import MachineConfig
+from fakeshard.testing.parallel import (
     NotLinearizable,
     Program,
     Tokens,
@@ -23,7 +24,7 @@ from stateful.parallel import (
     run_program,
     spec_for,
 )
-from stateful.trace import Trace
+from fakeshard.testing.trace import Trace
 from tests import racy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +147,7 @@ def test_a_sequential_history_of_the_fixture_is_linearizable(chosen):
 def test_a_racy_engine_is_caught(name, tmp_path):
     config = MachineConfig(getattr(racy, name), f"tests.racy:{name}")
     with pytest.raises(NotLinearizable) as info:
-        run_parallel(config, settings=settings.get_profile("ci"), save_dir=tmp_path)
+        run_parallel(config, settings=profiles.get("ci"), save_dir=tmp_path)
     assert "not linearizable" in str(info.value)
     (path,) = tmp_path.glob("parallel-*.json")
     trace = Trace.load(path)

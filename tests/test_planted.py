@@ -14,15 +14,16 @@ import statistics
 import pytest
 from hypothesis import Phase, settings
 
-from stateful.failover import FailoverMachine
-from stateful.machines import FaultsMachine, MachineConfig, SessionsMachine
-from stateful.regress import replay, run_machine
+from fakeshard.testing import profiles
+from fakeshard.testing.failover import FailoverMachine
+from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing.regress import replay, run_machine
 from tests.planted import BUGS
 
 MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
 #: A reduced counterexample longer than this is not a short story.
 MAX_STEPS = 12
-CI_NO_SHRINK = settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+CI_NO_SHRINK = settings(profiles.get("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 LENGTHS: dict[str, int] = {}
 
 

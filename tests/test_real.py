@@ -31,8 +31,9 @@ from fakeshard.real import (  # noqa: E402
     write_tiny_gguf,
 )
 from fakeshard.real.model import _tiny_weights  # noqa: E402
-from stateful.machines import MachineConfig, SessionsMachine  # noqa: E402
-from stateful.regress import run_machine  # noqa: E402
+from fakeshard.testing import profiles  # noqa: E402
+from fakeshard.testing.machines import MachineConfig, SessionsMachine  # noqa: E402
+from fakeshard.testing.regress import run_machine  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -386,7 +387,7 @@ forgetful_engine.machine_hidden_size = tiny_engine.machine_hidden_size
 def test_a_real_engine_bug_is_caught_under_the_tolerance(tmp_path):
     config = MachineConfig.for_factory(forgetful_engine, "tests.test_real:forgetful_engine")
     assert config.hidden_size == 64 and config.tolerance == 1e-3
-    quick = settings(settings.get_profile("ci"), max_examples=100,
+    quick = settings(profiles.get("ci"), max_examples=100,
                      phases=[Phase.explicit, Phase.reuse, Phase.generate])
     with pytest.raises(AssertionError):
         run_machine(SessionsMachine, config, settings=quick, save_dir=tmp_path)

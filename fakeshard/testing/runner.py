@@ -30,10 +30,10 @@ from fakeshard import (
 from fakeshard.factory import makes_fixture_choices
 from fakeshard.feeder import Feeder
 from fakeshard.judge import Judge
-from stateful import probes
-from stateful.coordinator import LINK_FORMS, across
-from stateful.model import OK, Expected, Model, Oracle
-from stateful.trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing import probes
+from fakeshard.testing.coordinator import LINK_FORMS, across
+from fakeshard.testing.model import OK, Expected, Model, Oracle
+from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
 HIDDEN_KINDS = frozenset({"checksum", "shape", "layer", "nan", "session", "epoch", "position"})
 SAMPLE_KINDS = frozenset({"token_range", "session", "epoch", "position"})

@@ -11,7 +11,19 @@ from typing import Any, Optional
 
 from dataclasses_json import DataClassJsonMixin
 
-REGRESSIONS = Path(__file__).with_name("regressions")
+
+def checkout_root() -> Optional[Path]:
+    """The source checkout this package runs from (it holds ``stateful/``), or ``None``
+    for an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "stateful" / "regressions").is_dir() else None
+
+
+#: Where failing machines save their reduced traces by default: the checkout's
+#: ``stateful/regressions`` (which ``pytest stateful`` replays), or, for an installed
+#: package, ``.fakeshard/traces`` in the working folder.
+_ROOT = checkout_root()
+REGRESSIONS = _ROOT / "stateful" / "regressions" if _ROOT else Path(".fakeshard", "traces")
 FORMAT = 1
 
 

@@ -44,7 +44,7 @@ from fakeshard.errors import ERROR_CODES
 from fakeshard.factory import FactoryError, load_factory
 from fakeshard.faults import MALFORMED_KINDS, OPS
 from fakeshard.feeder import Feeder
-from stateful.machines import MachineConfig
+from fakeshard.testing.machines import MachineConfig
 
 
 def _is_int(v: Any) -> bool:
@@ -496,8 +496,8 @@ class SurfaceMachine(RuleBasedStateMachine):
           faults=st.sampled_from(["none", "plan", "list"]))
     def engine_arguments(self, name: str, capacity: Any, clock: str, faults: str) -> None:
         self._expect(name == "fakeshard:FakeShardEngine", lambda: load_factory(name), (FactoryError,))
-        self._expect(False, lambda: load_factory("stateful.surface:half_engine"), (FactoryError,))
-        self._expect(False, lambda: load_factory("stateful.surface:gold_engine"), (FactoryError,))
+        self._expect(False, lambda: load_factory("fakeshard.testing.surface:half_engine"), (FactoryError,))
+        self._expect(False, lambda: load_factory("fakeshard.testing.surface:gold_engine"), (FactoryError,))
         ok = (capacity is None or (_is_int(capacity) and capacity >= 0)) and clock != "object" \
             and faults != "list"
         spec = ShardSpec("surface-model", 2, 0, 2)

@@ -1,6 +1,6 @@
 """The single-engine machines: Sessions, and Faults (Sessions under a drawn fault plan).
 
-Rules only choose a step; :class:`~stateful.runner.EngineRunner` applies it
+Rules only choose a step; :class:`~fakeshard.testing.runner.EngineRunner` applies it
 to the engine and the model and compares.  Configuration is passed in, not
 read from globals: ``run_state_machine_as_test(lambda: SessionsMachine(cfg))``.
 """
@@ -25,8 +25,8 @@ from fakeshard import (
 )
 from fakeshard.factory import makes_fixture_choices
 from fakeshard.faults import MALFORMED_KINDS
-from stateful.runner import BAD_INPUTS, EngineRunner
-from stateful.trace import Trace
+from fakeshard.testing.runner import BAD_INPUTS, EngineRunner
+from fakeshard.testing.trace import Trace
 
 N_LAYERS = 4
 ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}

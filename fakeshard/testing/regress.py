@@ -17,7 +17,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful.trace import REGRESSIONS, Trace
+from fakeshard.testing.trace import REGRESSIONS, Trace
 
 
 @dataclass
@@ -33,10 +33,10 @@ class ReplayResult:
 
 def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float) -> Any:
     if trace.machine == "failover":
-        from stateful.failover import FailoverRunner
+        from fakeshard.testing.failover import FailoverRunner
 
         return FailoverRunner.from_trace(trace, factory, factory_name, tolerance)
-    from stateful.runner import EngineRunner
+    from fakeshard.testing.runner import EngineRunner
 
     return EngineRunner.from_trace(trace, factory, factory_name, tolerance)
 
@@ -49,7 +49,7 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
     engines; it fails when a history is not linearizable.
     """
     if trace.machine == "parallel":
-        from stateful.parallel import replay_parallel
+        from fakeshard.testing.parallel import replay_parallel
 
         again = replay_parallel(trace, factory)
         return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,

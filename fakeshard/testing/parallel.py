@@ -6,7 +6,7 @@ its own thread (an in-process engine is shared; a served node gets one
 client per branch, so the calls travel on separate connections), recording
 each call's invocation and response as ticks of one shared counter. The
 history must be linearizable under the contract's model
-(:mod:`stateful.linearizability`).
+(:mod:`fakeshard.testing.linearizability`).
 
 A race shows only in some interleavings, so each program runs several
 times. Hypothesis generates the programs; a failing one is then reduced
@@ -43,9 +43,9 @@ from fakeshard import (
     TokenBundle,
     wire,
 )
-from stateful import probes
-from stateful.linearizability import Op, Verdict, check, timeline
-from stateful.trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing import probes
+from fakeshard.testing.linearizability import Op, Verdict, check, timeline
+from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
 CRASH_SESSION = "crash-now"
 SESSIONS = ("a", "b")
@@ -358,7 +358,7 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"
     if save_dir is not None:
-        from stateful.regress import stem
+        from fakeshard.testing.regress import stem
 
         path = trace.save(save_dir, stem(trace))
         config.saved.append(str(path))

@@ -1,0 +1,199 @@
+"""The fakeshard pytest plugin (registered on the ``pytest11`` entry point as ``fakeshard``).
+
+Installed with the package, so a project's own tests get, with no conftest:
+
+* ``--engine module:callable`` (repeatable; else ``$FAKESHARD_ENGINE``, comma-separated;
+  else ``fakeshard:FakeShardEngine``): every test that takes ``engine_factory`` runs once
+  per factory, marked ``fixture`` or ``real_model`` by the engines' evidence class;
+* ``--coordinator module:callable`` (else ``$FAKESHARD_COORDINATOR``; else the kit's
+  reference coordinator): the ``coordinator_factory`` fixture;
+* the markers ``fixture``, ``real_model`` and ``fixture_choice(reason)``, and a report
+  header naming the engines and how they are judged;
+* fixtures ``engine_factory``, ``engine_factory_name``, ``virtual_clock``,
+  ``fake_pipeline`` (head -> middle -> tail), ``cluster`` (stages with spares, as a
+  coordinator factory takes them) and ``coordinator_factory``.
+
+It imports neither Hypothesis nor the machines: a project's own Hypothesis tests
+keep their settings unless ``FAKESHARD_PROFILE`` names one of the kit's profiles.
+Turn it off with ``-p no:fakeshard``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+from fakeshard.clock import VirtualClock
+from fakeshard.contract import ShardSpec
+from fakeshard.factory import (
+    DEFAULT_FACTORY,
+    ENV_VAR,
+    FactoryError,
+    evidence_class_of,
+    load_factory,
+    makes_fixture_choices,
+)
+from fakeshard.pipeline import Pipeline
+
+#: The environment variable that names a coordinator factory.
+COORDINATOR_ENV_VAR = "FAKESHARD_COORDINATOR"
+#: The coordinator used when none is named.
+DEFAULT_COORDINATOR = "fakeshard.testing.coordinating:reference"
+#: The model of the ``fake_pipeline`` and ``cluster`` fixtures: six layers over three stages.
+PIPELINE_SPEC = ShardSpec("plugin-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=8, vocab_size=64)
+STAGE_RANGES = ((0, 2), (2, 4), (4, 6))
+
+MARKERS = (
+    "fixture: a result on an engine whose evidence_class is 'fixture' (not certification)",
+    "real_model: a result on an engine whose evidence_class is 'real-model'",
+    "fixture_choice(reason): checks a choice the fixture makes where the contract is silent; "
+    "skipped (with the reason) on engines whose factory does not state fixture_choices",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fakeshard")
+    group.addoption(
+        "--engine", action="append", default=None,
+        help=f"engine factory as module:callable, repeatable (default: ${ENV_VAR}, "
+        f"comma-separated, else {DEFAULT_FACTORY})",
+    )
+    group.addoption(
+        "--coordinator", default=None,
+        help=f"coordinator factory as module:callable (default: ${COORDINATOR_ENV_VAR}, "
+        f"else {DEFAULT_COORDINATOR})",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    names = config.getoption("--engine") or \
+        [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()] or [DEFAULT_FACTORY]
+    factories = {}
+    for name in names:
+        try:
+            factories[name] = load_factory(name)
+        except FactoryError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.fakeshard_factories = factories  # type: ignore[attr-defined]
+    config.fakeshard_classes = {n: evidence_class_of(f) for n, f in factories.items()}  # type: ignore[attr-defined]
+    # The first factory's name and class, for reports that name one engine.
+    config.fakeshard_factory_name = names[0]  # type: ignore[attr-defined]
+    config.fakeshard_evidence_class = config.fakeshard_classes[names[0]]  # type: ignore[attr-defined]
+    config.fakeshard_coordinator_name = (  # type: ignore[attr-defined]
+        config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR)
+    _profiles(config)
+
+
+def _profiles(config: pytest.Config) -> None:
+    """Register the kit's profiles where one is asked for (before Hypothesis's plugin loads
+    ``--hypothesis-profile``), and load ``$FAKESHARD_PROFILE``."""
+    named = os.environ.get("FAKESHARD_PROFILE")
+    asked = str(config.getoption("hypothesis_profile", None) or "")
+    if not named and not asked.startswith("fakeshard-"):
+        return
+    try:
+        from fakeshard.testing import profiles
+    except ImportError:  # no Hypothesis: no profile to load
+        return
+    if named:
+        try:
+            profiles.load(named)
+        except ValueError as exc:
+            raise pytest.UsageError(f"FAKESHARD_PROFILE: {exc}") from None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [f"fakeshard engine factory: {name} (evidence class: {cls}; judged by "
+            + ("the contract and the fixture's choices)" if makes_fixture_choices(factory)
+               else "the contract alone)")
+            for (name, cls), factory in zip(config.fakeshard_classes.items(),  # type: ignore[attr-defined]
+                                            config.fakeshard_factories.values())]  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone."""
+    names = {id(f): n for n, f in config.fakeshard_factories.items()}  # type: ignore[attr-defined]
+    for item in items:
+        marker = item.get_closest_marker("fixture_choice")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None or "engine_factory" not in callspec.params:
+            continue
+        factory = callspec.params["engine_factory"]
+        if not makes_fixture_choices(factory):
+            item.add_marker(pytest.mark.skip(
+                reason=f"fixture choice, not the contract: {marker.args[0]} "
+                       f"({names.get(id(factory), factory)} is judged by the contract alone)"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that takes ``engine_factory`` once per named factory, marked by class."""
+    if "engine_factory" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    params = []
+    for name, factory in config.fakeshard_factories.items():  # type: ignore[attr-defined]
+        marker = "real_model" if config.fakeshard_classes[name] == "real-model" else "fixture"  # type: ignore[attr-defined]
+        params.append(pytest.param(factory, id=name if len(config.fakeshard_factories) > 1 else None,  # type: ignore[attr-defined]
+                                   marks=getattr(pytest.mark, marker)))
+    metafunc.parametrize("engine_factory", params, scope="session")
+
+
+@pytest.fixture(scope="session")
+def engine_factory_name(request: pytest.FixtureRequest, engine_factory: Callable[..., Any]) -> str:
+    """The ``module:callable`` name of the factory under test."""
+    for name, factory in request.config.fakeshard_factories.items():
+        if factory is engine_factory:
+            return name
+    raise LookupError("engine_factory is not one of the named factories")  # pragma: no cover
+
+
+@pytest.fixture
+def virtual_clock() -> VirtualClock:
+    """A fresh virtual clock at 0 s (engines sleep on it; nothing waits)."""
+    return VirtualClock()
+
+
+@pytest.fixture
+def fake_pipeline(engine_factory: Callable[..., Any], virtual_clock: VirtualClock) -> Pipeline:
+    """Head -> middle -> tail over ``PIPELINE_SPEC``, each stage built by the factory under test."""
+    return Pipeline([engine_factory(PIPELINE_SPEC.with_layers(a, b), seed=0, clock=virtual_clock)
+                     for a, b in STAGE_RANGES])
+
+
+@dataclass
+class Cluster:
+    """Engines for a coordinator: ``stages[i]`` serve stage ``i``'s layers, head to tail;
+    ``stages[i][0]`` is the initial route, the rest are spares.  All share ``clock``."""
+
+    spec: ShardSpec
+    stages: list[list[Any]]
+    clock: VirtualClock = field(default_factory=VirtualClock)
+
+    @property
+    def nodes(self) -> list[Any]:
+        return [node for stage in self.stages for node in stage]
+
+
+@pytest.fixture
+def cluster(engine_factory: Callable[..., Any], virtual_clock: VirtualClock) -> Cluster:
+    """Three stages over ``PIPELINE_SPEC``, each with one spare, built by the factory under test."""
+    stages = [[engine_factory(PIPELINE_SPEC.with_layers(a, b), seed=0, clock=virtual_clock) for _ in range(2)]
+              for a, b in STAGE_RANGES]
+    return Cluster(PIPELINE_SPEC, stages, virtual_clock)
+
+
+@pytest.fixture(scope="session")
+def coordinator_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """The coordinator factory under test (``--coordinator``), checked to build a coordinator."""
+    from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+
+    try:
+        return load_coordinator(request.config.fakeshard_coordinator_name)
+    except CoordinatorError as exc:
+        raise pytest.UsageError(str(exc)) from None

@@ -1,0 +1,83 @@
+"""The campaign as pytest tests: every machine against the engine factory under test.
+
+This module ships with the package, so a campaign runs from an installed wheel::
+
+    python3 -m pytest --pyargs fakeshard.testing.suite --engine mypkg.adapter:make
+
+(``fakeshard check`` runs it under coverage).  The fakeshard checkout collects
+the same tests through ``stateful/test_machines.py`` and ``stateful/test_probes.py``.
+The probe check comes last: it adds up what the machines before it reached.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from fakeshard.testing import probes, profiles
+from fakeshard.testing.campaign import machine_settings, reporter_for, traces_dir, worker_seed
+from fakeshard.testing.failover import FailoverMachine
+from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing.parallel import run_parallel
+from fakeshard.testing.regress import run_machine
+from fakeshard.testing.surface import SurfaceMachine
+
+__all__ = ["test_ci_campaign_reaches_every_probe", "test_machine", "test_machine_parallel"]
+
+
+@pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine, SurfaceMachine],
+                         ids=lambda m: m.machine_name)
+def test_machine(engine_factory, engine_factory_name, request, machine):
+    reporter = reporter_for(machine.machine_name)
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name,
+                                       on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed = True
+    try:
+        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir())
+        failed = False
+    finally:
+        reached = probes.reached - before
+        by_factory = getattr(request.config, "fakeshard_probes", {})
+        by_factory.setdefault(engine_factory_name, Counter()).update(reached)
+        request.config.fakeshard_probes = by_factory
+        if reporter is not None:
+            reporter.finish(config, reached, failed, config.saved,
+                            request.config.fakeshard_classes[engine_factory_name])
+    assert config.runs > 0 and config.steps > 0
+    ran = getattr(request.config, "fakeshard_machines_ran", set())
+    ran.add((engine_factory_name, machine.machine_name))
+    request.config.fakeshard_machines_ran = ran
+
+
+def test_machine_parallel(engine_factory, engine_factory_name, request):
+    """Machine ``parallel``: concurrent callers, and every history linearizable."""
+    reporter = reporter_for("parallel")
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name,
+                                       on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed = True
+    try:
+        programs = run_parallel(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed())
+        failed = False
+    finally:
+        if reporter is not None:
+            reporter.finish(config, probes.reached - before, failed, config.saved,
+                            request.config.fakeshard_classes[engine_factory_name])
+    assert programs > 0 and config.steps > 0
+
+
+def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, request):
+    if not profiles.is_ci():
+        pytest.skip("the probe requirement is made of the ci profile's campaign")
+    ran = getattr(request.config, "fakeshard_machines_ran", set())
+    reached = Counter(getattr(request.config, "fakeshard_probes", {}).get(engine_factory_name, {}))
+    for machine in (SessionsMachine, FaultsMachine, FailoverMachine):
+        # Run here what did not run in this process (selected out, or on another xdist worker).
+        if (engine_factory_name, machine.machine_name) not in ran:
+            before = probes.reached.copy()
+            config = MachineConfig.for_factory(engine_factory, engine_factory_name)
+            run_machine(machine, config, save_dir=None)
+            reached.update(probes.reached - before)
+    assert probes.missing(reached) == [], f"unreached probes: {probes.missing(reached)}"
