@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle, validate
 from fakeshard.errors import MalformedBundle, ShardError
 from fakeshard.protocol import ShardEngine
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "answer_problem"]
 
 
 class Pipeline:
@@ -96,34 +96,10 @@ class Pipeline:
 
     def _check(self, i: int, op: str, request: TokenBundle, n: int, out: Any) -> None:
         stage = self.stages[i]
-        last = i == len(self.stages) - 1
-        where = f"stage {i} (layers {stage.spec.start_layer}..{stage.spec.end_layer}) answered {op}"
-        want = SampleBundle if last else HiddenBundle
-        if type(out) is not want:
-            raise MalformedBundle(f"{where} with {type(out).__name__}, expected {want.__name__}",
-                                  session_id=request.session_id, epoch=request.epoch)
-        try:
-            validate(out, self.spec)
-        except MalformedBundle as exc:
-            raise MalformedBundle(f"{where} with a bad bundle: {exc.message}",
-                                  session_id=request.session_id, epoch=request.epoch) from None
-        problems = []
-        if out.session_id != request.session_id:
-            problems.append(f"session {out.session_id!r} for {request.session_id!r}")
-        if out.epoch != request.epoch:
-            problems.append(f"epoch {out.epoch} for {request.epoch}")
-        if isinstance(out, HiddenBundle):
-            if out.start_pos != request.start_pos:
-                problems.append(f"start_pos {out.start_pos} for {request.start_pos}")
-            if len(out.hidden) != n:
-                problems.append(f"{len(out.hidden)} positions for {n}")
-            if out.layer != stage.spec.end_layer:
-                problems.append(f"layer {out.layer}, expected {stage.spec.end_layer}")
-        elif out.pos != request.start_pos + n:
-            problems.append(f"pos {out.pos}, expected {request.start_pos + n}")
-        if problems:
-            raise MalformedBundle(f"{where} with {', '.join(problems)}",
-                                  session_id=request.session_id, epoch=request.epoch)
+        problem = answer_problem(stage.spec, request, n, out, last=i == len(self.stages) - 1, model=self.spec)
+        if problem is not None:
+            where = f"stage {i} (layers {stage.spec.start_layer}..{stage.spec.end_layer}) answered {op}"
+            raise MalformedBundle(f"{where} with {problem}", session_id=request.session_id, epoch=request.epoch)
 
     def cancel(self, session_id: str, epoch: int) -> None:
         """Cancel on every stage; every stage is tried, then the first error is raised."""
@@ -163,3 +139,37 @@ class Pipeline:
             sample = self.decode(session_id, epoch, sample.pos, sample.token)
             tokens.append(sample.token)
         return tokens
+
+
+def answer_problem(stage: ShardSpec, request: Any, n: int, out: Any, *, last: bool,
+                   model: Optional[ShardSpec] = None) -> Optional[str]:
+    """What is wrong with ``out`` as a stage's answer to ``request``, or ``None``.
+
+    ``request`` is the call's identity (``session_id``, ``epoch``, ``start_pos``) and ``n``
+    the positions it carries; ``stage`` is the answering stage's spec, ``last`` whether it
+    is the tail (it answers with a ``SampleBundle``), ``model`` the spec the bundle is
+    validated against (default ``stage``).  The checks of :class:`Pipeline`, for any caller
+    that judges a stage's answer (bundle type, validity, session, epoch, positions, layer).
+    """
+    want = SampleBundle if last else HiddenBundle
+    if type(out) is not want:
+        return f"{type(out).__name__}, expected {want.__name__}"
+    try:
+        validate(out, model or stage)
+    except MalformedBundle as exc:
+        return f"a bad bundle: {exc.message}"
+    problems = []
+    if out.session_id != request.session_id:
+        problems.append(f"session {out.session_id!r} for {request.session_id!r}")
+    if out.epoch != request.epoch:
+        problems.append(f"epoch {out.epoch} for {request.epoch}")
+    if isinstance(out, HiddenBundle):
+        if out.start_pos != request.start_pos:
+            problems.append(f"start_pos {out.start_pos} for {request.start_pos}")
+        if len(out.hidden) != n:
+            problems.append(f"{len(out.hidden)} positions for {n}")
+        if out.layer != stage.end_layer:
+            problems.append(f"layer {out.layer}, expected {stage.end_layer}")
+    elif out.pos != request.start_pos + n:
+        problems.append(f"pos {out.pos}, expected {request.start_pos + n}")
+    return ", ".join(problems) or None
