@@ -79,7 +79,11 @@ class WireLink:
 
 
 class GaveUp(Exception):
-    """The coordinator ran out of attempts (the faults never stopped)."""
+    """A coordinator stops trying: the faults never stopped.
+
+    The kit's coordinator machine accepts it only beyond the budget it states
+    (``fakeshard.testing.coordinating.GIVE_UP_AFTER`` failing calls in one step).
+    """
 
 
 @dataclass
@@ -96,33 +100,76 @@ class SessionState:
 
 
 class Coordinator:
-    """Routes sessions over ``route`` (one node per stage), with ``spares[i]`` for stage ``i``."""
+    """Routes sessions over ``route`` (one node per stage), with ``spares[i]`` for stage ``i``.
 
-    def __init__(self, route: Sequence[Any], spares: Sequence[Sequence[Any]], max_attempts: int = 64) -> None:
+    The policy is split into small methods (``pipeline``, ``attempt``, ``recover``,
+    ``reroute``, ``release_route``) so that a variant can change one decision and keep
+    the rest; the kit's planted coordinators are such variants.
+    """
+
+    def __init__(self, route: Sequence[Any], spares: Sequence[Sequence[Any]], max_attempts: int = 64,
+                 clock: Any = None) -> None:
         self.route = list(route)
         self.spares = [list(pool) for pool in spares]
         self.max_attempts = max_attempts
+        self.clock = clock
         self.sessions: dict[str, SessionState] = {}
         self.reroutes = 0
         self.replays = 0
         #: Error codes the coordinator has handled, by code.
         self.errors: Counter[str] = Counter()
 
+    @classmethod
+    def from_stages(cls, stages: Sequence[Sequence[Any]], *, clock: Any = None) -> "Coordinator":
+        """From a coordinator factory's ``stages``: each stage's first engine is on the route,
+        the others are its spares."""
+        return cls([stage[0] for stage in stages], [list(stage[1:]) for stage in stages], clock=clock)
+
     @property
     def nodes(self) -> list[Any]:
         return self.route + [node for pool in self.spares for node in pool]
 
-    def _reroute(self, stage: int) -> None:
+    def reroute(self, stage: int) -> None:
+        """Replace the route's node at ``stage`` (it crashed) by a spare; the crashed one is
+        restarted (empty) and waits in the pool."""
         down = self.route[stage]
-        down.restart()  # back, empty; it waits in the pool
+        down.restart()
         self.spares[stage].append(down)
         self.route[stage] = self.spares[stage].pop(0)
         self.reroutes += 1
+        # The node taking over holds no session's cache: every open session replays there
+        # (at a new epoch) instead of drawing a cache miss first.
+        for s in self.sessions.values():
+            if s.open and not s.needs_replay:
+                s.needs_replay = True
+                s.epoch += 1
+
+    def pipeline(self) -> Pipeline:
+        """The route as a pipeline (which checks every stage's answer before passing it on)."""
+        return Pipeline(self.route)
+
+    def attempt(self, session_id: str, s: SessionState, pipe: Pipeline) -> Any:
+        """One try at the session's next token: replay the history, or decode the last token."""
+        if s.needs_replay:
+            return pipe.prefill(session_id, s.epoch, 0, s.history)
+        history = s.history
+        return pipe.decode(session_id, s.epoch, len(history) - 1, history[-1])
+
+    def recover(self, session_id: str, s: SessionState, pipe: Pipeline, exc: ShardError) -> None:
+        """After a failed try: re-route around a crash, bump the epoch, replay next time."""
+        self._failed(pipe, exc)
+        s.epoch += 1
+        s.needs_replay = True
+        self.replays += 1
+
+    def release_route(self, session_id: str, s: SessionState, pipe: Pipeline) -> None:
+        """Release the session on every stage of the route."""
+        pipe.release(session_id, s.epoch)
 
     def _failed(self, pipe: Pipeline, exc: ShardError) -> None:
         self.errors[exc.code] += 1
         if isinstance(exc, EngineCrashed) and pipe.last_failed_stage is not None:
-            self._reroute(pipe.last_failed_stage)
+            self.reroute(pipe.last_failed_stage)
 
     def start(self, session_id: str, prompt: Sequence[int]) -> None:
         """Open a session; a reused id continues above its old epoch, so old fences hold."""
@@ -133,18 +180,11 @@ class Coordinator:
         """Produce the session's next token, surviving any bounded run of faults."""
         s = self.sessions[session_id]
         for _ in range(self.max_attempts):
-            pipe = Pipeline(self.route)
+            pipe = self.pipeline()
             try:
-                if s.needs_replay:
-                    sample = pipe.prefill(session_id, s.epoch, 0, s.history)
-                else:
-                    history = s.history
-                    sample = pipe.decode(session_id, s.epoch, len(history) - 1, history[-1])
+                sample = self.attempt(session_id, s, pipe)
             except ShardError as exc:
-                self._failed(pipe, exc)
-                s.epoch += 1
-                s.needs_replay = True
-                self.replays += 1
+                self.recover(session_id, s, pipe, exc)
                 continue
             s.needs_replay = False
             s.generated.append(sample.token)
@@ -155,9 +195,9 @@ class Coordinator:
         """Release the session on every stage of the route (retrying through faults)."""
         s = self.sessions[session_id]
         for _ in range(self.max_attempts):
-            pipe = Pipeline(self.route)
+            pipe = self.pipeline()
             try:
-                pipe.release(session_id, s.epoch)
+                self.release_route(session_id, s, pipe)
             except ShardError as exc:
                 self._failed(pipe, exc)
                 continue
