@@ -33,6 +33,7 @@ __all__ = [
     "CheckError",
     "CheckOptions",
     "CheckResult",
+    "ENGINE_MACHINES",
     "MACHINES",
     "PROFILES",
     "required_probes",
@@ -41,7 +42,10 @@ __all__ = [
     "work_dir",
 ]
 
-MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
+#: The machines that test an engine; a campaign of all of them makes the probe requirement.
+ENGINE_MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
+#: Every machine: the engine machines and the coordinator machine (which tests a coordinator).
+MACHINES = ENGINE_MACHINES + ("coordinator",)
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself, the command line and the demo.
@@ -82,6 +86,8 @@ class CheckOptions:
     min_branch_coverage: Optional[float] = None
     certify: bool = False
     database: Optional[str] = None
+    #: The coordinator machine's coordinator factory (``None``: the kit's reference).
+    coordinator: Optional[str] = None
 
 
 @dataclass
@@ -155,6 +161,13 @@ def _validate(options: CheckOptions) -> str:
         factory = load_factory(options.engine)
     except FactoryError as exc:
         raise CheckError(str(exc)) from None
+    if options.coordinator is not None:
+        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+
+        try:
+            load_coordinator(options.coordinator)
+        except CoordinatorError as exc:
+            raise CheckError(str(exc)) from None
     evidence_class = evidence_class_of(factory)
     if options.certify and evidence_class != "real-model":
         raise CheckError(
@@ -179,12 +192,14 @@ def _coverage_rc(out: Path, evidence_class: str, engine: str = "") -> Path:
 def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
     cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", str(SUITE)]
     selected = " or ".join(options.machines)
-    full_ci = options.profile == "ci" and set(options.machines) == set(MACHINES) \
+    full_ci = options.profile == "ci" and set(ENGINE_MACHINES) <= set(options.machines) \
         and options.examples is None and options.steps is None
     if full_ci:  # the probe requirement is made of a full ci campaign
         selected = f"({selected}) or test_ci_campaign_reaches_every_probe"
     cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile=fakeshard-{options.profile}",
             f"--engine={options.engine}", "-k", selected]
+    if options.coordinator is not None:
+        cmd.append(f"--coordinator={options.coordinator}")
     if options.workers > 1:
         cmd += ["-n", str(options.workers)]
     return cmd

@@ -29,7 +29,7 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
     from fakeshard.check import MACHINES
 
-    p.add_argument("--machines", type=_machines, default=MACHINES,
+    p.add_argument("--machines", type=_machines, default=None,
                    help=f"comma-separated subset of {','.join(MACHINES)} (default: all)")
     p.add_argument("--engine", default=None,
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
@@ -44,6 +44,10 @@ def _add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help="fail if branch coverage of fakeshard/ from the machines is below this percent")
     p.add_argument("--certify", action="store_true",
                    help="require a real-model engine (refused for fixture engines)")
+    p.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
+                   help="coordinator factory factory(stages, *, clock) for the coordinator machine "
+                        "(default: $FAKESHARD_COORDINATOR, else the kit's reference); with it and no "
+                        "--machines, only the coordinator machine runs")
     p.add_argument("--database", default=None, metavar="URL",
                    help="Hypothesis example database shared between hosts: redis://host:port/db or a "
                         "folder (default: $FAKESHARD_DATABASE; needs a randomized profile)")
@@ -63,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="replay saved traces step by step")
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
     replay.add_argument("--engine", default=None, help="engine factory module:callable")
+    replay.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
+                        help="replay coordinator traces with this coordinator instead of the one they name")
     evidence = sub.add_parser("evidence", help="run a campaign and write the evidence folder")
     _add_campaign_options(evidence)
     evidence.add_argument("--dest", type=Path, default=None,
@@ -84,9 +90,11 @@ def _check_options(args: argparse.Namespace) -> "object":
     from fakeshard.check import CheckOptions
     from fakeshard.factory import resolve_factory_name
 
+    coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
+    machines = args.machines or (("coordinator",) if args.coordinator else CheckOptions.machines)
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
-        machines=args.machines, engine=resolve_factory_name(args.engine), workers=args.workers,
+        machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,
         out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"), min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
     )
@@ -148,6 +156,16 @@ def _replay(args: argparse.Namespace) -> int:
             raise _Fail(f"no trace file {path}") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _Fail(f"{path} is not a readable fakeshard trace: {exc}") from None
+    if args.coordinator:
+        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+
+        try:
+            load_coordinator(args.coordinator)
+        except CoordinatorError as exc:
+            raise _Fail(str(exc)) from None
+        for _, trace in traces:
+            if trace.machine == "coordinator":
+                trace.config["coordinator"] = args.coordinator
     status = 0
     for path, trace in traces:
         if trace.machine == "parallel":

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fakeshard.testing.suite import test_machine, test_machine_parallel
+from fakeshard.testing.suite import test_machine, test_machine_coordinator, test_machine_parallel
 
-__all__ = ["test_machine", "test_machine_parallel"]
+__all__ = ["test_machine", "test_machine_coordinator", "test_machine_parallel"]

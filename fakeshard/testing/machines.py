@@ -61,6 +61,10 @@ class MachineConfig:
     on_step: Optional[Callable[["MachineConfig"], None]] = None
     #: Paths of the traces saved for failures.
     saved: list[str] = field(default_factory=list)
+    #: The coordinator machine's coordinator: its factory (``None``: import it by name) and
+    #: its ``module:callable`` name, which traces record.
+    coordinator: Optional[Callable[..., Any]] = None
+    coordinator_name: str = "fakeshard.testing.coordinating:reference"
 
     @classmethod
     def for_factory(cls, factory: Callable[..., Any], factory_name: str, **kw: Any) -> "MachineConfig":

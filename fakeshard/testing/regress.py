@@ -36,6 +36,10 @@ def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, to
         from fakeshard.testing.failover import FailoverRunner
 
         return FailoverRunner.from_trace(trace, factory, factory_name, tolerance)
+    if trace.machine == "coordinator":
+        from fakeshard.testing.coordinating import CoordinatorRunner
+
+        return CoordinatorRunner.from_trace(trace, factory, factory_name, tolerance)
     from fakeshard.testing.runner import EngineRunner
 
     return EngineRunner.from_trace(trace, factory, factory_name, tolerance)

@@ -17,13 +17,15 @@ import pytest
 
 from fakeshard.testing import probes, profiles
 from fakeshard.testing.campaign import machine_settings, reporter_for, traces_dir, worker_seed
+from fakeshard.testing.coordinating import FAULT_OUTCOMES, CoordinatorMachine
 from fakeshard.testing.failover import FailoverMachine
 from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
 from fakeshard.testing.parallel import run_parallel
 from fakeshard.testing.regress import run_machine
 from fakeshard.testing.surface import SurfaceMachine
 
-__all__ = ["test_ci_campaign_reaches_every_probe", "test_machine", "test_machine_parallel"]
+__all__ = ["test_ci_campaign_reaches_every_probe", "test_machine", "test_machine_coordinator",
+           "test_machine_parallel"]
 
 
 @pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine, SurfaceMachine],
@@ -66,6 +68,31 @@ def test_machine_parallel(engine_factory, engine_factory_name, request):
             reporter.finish(config, probes.reached - before, failed, config.saved,
                             request.config.fakeshard_classes[engine_factory_name])
     assert programs > 0 and config.steps > 0
+
+
+def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_factory, request):
+    """Machine ``coordinator``: the coordinator under test (``--coordinator``) over engines from
+    the factory, with faults and crashes; every stream fault-free, nothing held after release,
+    no call after release, every step within the stated budget."""
+    reporter = reporter_for("coordinator")
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name, coordinator=coordinator_factory,
+                                       coordinator_name=request.config.fakeshard_coordinator_name,
+                                       on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed = True
+    try:
+        run_machine(CoordinatorMachine, config, settings=machine_settings(), seed=worker_seed(),
+                    save_dir=traces_dir())
+        failed = False
+    finally:
+        reached = probes.reached - before
+        if reporter is not None:
+            reporter.finish(config, reached, failed, config.saved,
+                            request.config.fakeshard_classes[engine_factory_name])
+    assert config.runs > 0 and config.steps > 0
+    if profiles.is_ci():  # a ci campaign puts the coordinator through every kind of failing call
+        unseen = sorted(o for o in FAULT_OUTCOMES if not reached[f"coordinator:call:{o}"])
+        assert not unseen, f"the coordinator campaign drew no call answered {', '.join(unseen)}"
 
 
 def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, request):
