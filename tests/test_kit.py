@@ -1,0 +1,126 @@
+"""The kit from an installed wheel: a throwaway project in a fresh virtual environment.
+
+The wheel is built from this checkout offline, installed without dependencies into a
+fresh venv that sees this interpreter's packages (Hypothesis, pytest, numpy, ...), and
+used from a folder that is not the checkout: the plugin's options, markers and
+fixtures, the README's coordinator adapter under ``fakeshard check --coordinator``, a
+buggy coordinator caught with its trace saved where the project says, and ``replay``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("FAKESHARD_", "PYTEST_", "COV_", "COVERAGE_")) and k != "PYTHONPATH"}
+    return subprocess.run(cmd, cwd=cwd, env={**clean, **env}, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("kit")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                  "-q", "-w", str(tmp / "dist"), str(ROOT)], cwd=tmp)
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp / "dist").glob("fakeshard-*.whl"))
+    made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv")], cwd=tmp)
+    assert made.returncode == 0, made.stderr
+    python = tmp / "venv" / "bin" / "python"
+    installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                      "-q", str(wheel)], cwd=tmp)
+    assert installed.returncode == 0, installed.stderr
+    return python
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A project of a coordinator team: the README's adapter, a buggy one, and its own tests."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "mypkg").mkdir()
+    (root / "mypkg" / "__init__.py").write_text("")
+    adapter = next(b for b in re.findall(r"```python\n(.*?)```", README, flags=re.S)
+                   if b.startswith("# mypkg/fakeshard_adapter.py"))
+    (root / "mypkg" / "fakeshard_adapter.py").write_text(adapter)
+    (root / "mypkg" / "leaky.py").write_text(textwrap.dedent('''
+        from fakeshard.testing import Coordinator
+
+        class Leaky(Coordinator):
+            def release_route(self, session_id, s, pipe):
+                self.route[-1].release(session_id, s.epoch)  # the tail only
+
+        def make(stages, *, clock):
+            return Leaky.from_stages(stages, clock=clock)
+    '''))
+    (root / "tests").mkdir()
+    (root / "tests" / "test_ours.py").write_text(textwrap.dedent('''
+        from hypothesis import given, settings
+
+        from fakeshard import strategies as fs
+
+
+        def test_fixtures(engine_factory, fake_pipeline, cluster, virtual_clock, coordinator_factory):
+            assert len(fake_pipeline.generate("s", [1, 2, 3], 3)) == 3
+            assert [len(stage) for stage in cluster.stages] == [2, 2, 2]
+            coordinator = coordinator_factory(cluster.stages, clock=virtual_clock)
+            coordinator.start("s", [1, 2, 3])
+            assert coordinator.next_token("s") == fake_pipeline.generate("t", [1, 2, 3], 1)[0]
+            coordinator.release("s")
+
+
+        def test_our_hypothesis_settings_are_our_own():
+            assert settings.default.max_examples == 100 and settings.get_current_profile_name() == "default"
+
+
+        @given(fs.specs(role="head"))
+        def test_strategies(spec):
+            assert spec.start_layer == 0
+    '''))
+    return root
+
+
+def test_the_wheel_installs_the_kit_and_the_plugin(venv, project):
+    where = _run([str(venv), "-c", "import fakeshard, sys; print(fakeshard.__file__); "
+                  "import fakeshard.testing.plugin; print('hypothesis' in sys.modules)"], cwd=project)
+    assert where.returncode == 0, where.stderr
+    path, imported = where.stdout.split()
+    assert str(venv.parent.parent) in path and str(ROOT) not in path  # the wheel's copy, not the checkout
+    assert imported == "False"  # the plugin imports no Hypothesis
+    run = _run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "tests"], cwd=project)  # the header shows
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fakeshard engine factory: fakeshard:FakeShardEngine" in run.stdout and "3 passed" in run.stdout
+
+
+def test_check_and_replay_a_coordinator_from_the_wheel(venv, project):
+    ok = _run([str(venv), "-m", "fakeshard", "check", "--coordinator", "mypkg.fakeshard_adapter:make",
+               "--profile", "dev", "--examples", "10", "--steps", "12"], cwd=project)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"^coordinator\s+\d+\s+\d+.*passed$", ok.stdout, flags=re.M), ok.stdout
+    assert (project / ".fakeshard" / "check" / "coverage.json").is_file()
+    readme = _run([str(venv), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "fakeshard.testing.suite",
+                   "-k", "coordinator", "--coordinator", "mypkg.fakeshard_adapter:make"], cwd=project,
+                  FAKESHARD_PROFILE="dev")
+    assert readme.returncode == 0 and "1 passed" in readme.stdout, readme.stdout + readme.stderr
+    bad = _run([str(venv), "-m", "fakeshard", "check", "--coordinator", "mypkg.leaky:make", "--profile", "dev",
+                "--examples", "20", "--steps", "12", "--seed", "1"], cwd=project)
+    assert bad.returncode == 1 and "FAILED" in bad.stdout, bad.stdout + bad.stderr
+    traces = sorted((project / ".fakeshard" / "traces").glob("coordinator-*.json"))
+    assert traces, bad.stdout
+    again = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0])], cwd=project)
+    assert again.returncode == 1 and "was released, but node" in again.stdout, again.stdout + again.stderr
+    fixed = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0]), "--coordinator",
+                  "mypkg.fakeshard_adapter:make"], cwd=project)
+    assert fixed.returncode == 0 and "passes" in fixed.stdout, fixed.stdout + fixed.stderr
