@@ -148,6 +148,13 @@ def _replay(args: argparse.Namespace) -> int:
         factory = load_factory(name)
     except FactoryError as exc:
         raise _Fail(str(exc)) from None
+    if args.coordinator:
+        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+
+        try:
+            load_coordinator(args.coordinator)
+        except CoordinatorError as exc:
+            raise _Fail(str(exc)) from None
     traces = []
     for path in args.traces:
         try:
@@ -157,12 +164,6 @@ def _replay(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _Fail(f"{path} is not a readable fakeshard trace: {exc}") from None
     if args.coordinator:
-        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
-
-        try:
-            load_coordinator(args.coordinator)
-        except CoordinatorError as exc:
-            raise _Fail(str(exc)) from None
         for _, trace in traces:
             if trace.machine == "coordinator":
                 trace.config["coordinator"] = args.coordinator

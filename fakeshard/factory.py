@@ -20,6 +20,7 @@ __all__ = [
     "EngineFactory",
     "FactoryError",
     "evidence_class_of",
+    "import_callable",
     "load_factory",
     "makes_fixture_choices",
     "resolve_factory_name",
@@ -43,6 +44,26 @@ def resolve_factory_name(option: str | None) -> str:
     return option or os.environ.get(ENV_VAR) or DEFAULT_FACTORY
 
 
+def import_callable(name: str, what: str, error: type[Exception] = FactoryError) -> Any:
+    """Import ``module:callable`` (the callable may be dotted), or raise ``error`` naming
+    ``what`` it was meant to be and what went wrong, in one line."""
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise error(f"{what} {name!r} is not of the form module:callable")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an import can fail in any way; report it in one line
+        raise error(f"{what} {name!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise error(f"{what} {name!r}: {module_name!r} has no {attr!r}") from None
+    if not callable(found):
+        raise error(f"{what} {name!r} is not callable")
+    return found
+
+
 def load_factory(name: str) -> EngineFactory:
     """Import ``module:callable`` and check that it builds a contract engine.
 
@@ -50,22 +71,7 @@ def load_factory(name: str) -> EngineFactory:
     the :class:`~fakeshard.ShardEngine` protocol and a known
     ``evidence_class``; any failure is a :class:`FactoryError` naming it.
     """
-    module_name, sep, attr = name.partition(":")
-    if not sep or not module_name or not attr:
-        raise FactoryError(f"engine factory {name!r} is not of the form module:callable")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # an import can fail in any way; report it in one line
-        raise FactoryError(f"engine factory {name!r}: cannot import {module_name!r}: "
-                           f"{type(exc).__name__}: {exc}") from None
-    factory: Any = module
-    for part in attr.split("."):
-        try:
-            factory = getattr(factory, part)
-        except AttributeError:
-            raise FactoryError(f"engine factory {name!r}: {module_name!r} has no {attr!r}") from None
-    if not callable(factory):
-        raise FactoryError(f"engine factory {name!r} is not callable")
+    factory = import_callable(name, "engine factory")
     probe_spec = ShardSpec("factory-probe", n_layers=2, start_layer=0, end_layer=2)
     try:
         engine = factory(probe_spec, seed=0, capacity_tokens=None, clock=None, faults=None)

@@ -63,6 +63,13 @@ def _run(*args, env=None):
     (["check", "--certify"], "fixture results are not real-model certification"),
     (["check", "--frobnicate"], "unrecognized arguments"),
     (["replay", "does/not/exist.json"], "no trace file"),
+    (["check", "--coordinator", "fakeshard"], "coordinator factory 'fakeshard' is not of the form module:callable"),
+    (["check", "--coordinator", "nowhere_module:make"], "coordinator factory 'nowhere_module:make': cannot import"),
+    (["check", "--coordinator", "fakeshard:__version__"], "is not callable"),
+    (["check", "--coordinator", "fakeshard:FakeShardEngine"], "failed to build a coordinator"),
+    (["check", "--coordinator", "fakeshard:VirtualClock"], "failed to build a coordinator"),
+    (["check", "--coordinator", "fakeshard.testing.coordinating:ReferenceStreams"], "failed to build"),
+    (["replay", "does/not/exist.json", "--coordinator", "fakeshard:Pipeline"], "failed to build a coordinator"),
     (["evidence", "--profile", "nope"], "--profile must be one of"),
 ])
 def test_bad_input_is_a_one_line_error(args, needle):

@@ -35,7 +35,6 @@ failed by something outside the coordinator (answered ``EngineCrashed``,
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -56,6 +55,7 @@ from fakeshard import (
     VirtualClock,
     wire,
 )
+from fakeshard.factory import import_callable
 from fakeshard.faults import MALFORMED_KINDS
 from fakeshard.judge import Judge
 from fakeshard.pipeline import answer_problem
@@ -115,21 +115,7 @@ def reference(stages: Sequence[Sequence[Any]], *, clock: Any = None) -> Coordina
 
 def load_coordinator(name: str) -> Callable[..., Any]:
     """Import ``module:callable`` and check that it builds a coordinator from stages."""
-    module_name, sep, attr = name.partition(":")
-    if not sep or not module_name or not attr:
-        raise CoordinatorError(f"coordinator factory {name!r} is not of the form module:callable")
-    try:
-        factory: Any = importlib.import_module(module_name)
-    except Exception as exc:  # an import can fail in any way; report it in one line
-        raise CoordinatorError(f"coordinator factory {name!r}: cannot import {module_name!r}: "
-                               f"{type(exc).__name__}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            factory = getattr(factory, part)
-        except AttributeError:
-            raise CoordinatorError(f"coordinator factory {name!r}: {module_name!r} has no {attr!r}") from None
-    if not callable(factory):
-        raise CoordinatorError(f"coordinator factory {name!r} is not callable")
+    factory = import_callable(name, "coordinator factory", CoordinatorError)
     from fakeshard import FakeShardEngine
 
     clock = VirtualClock()
