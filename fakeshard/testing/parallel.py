@@ -44,6 +44,7 @@ from fakeshard import (
     wire,
 )
 from fakeshard.testing import probes
+from fakeshard.testing.draws import stable_draws
 from fakeshard.testing.linearizability import Op, Verdict, check, timeline
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
@@ -347,7 +348,8 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
 
         search = hypothesis_seed(seed)(search)
     try:
-        search()
+        with stable_draws():
+            search()
     except Exception:
         if not found:
             raise

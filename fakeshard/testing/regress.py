@@ -11,12 +11,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from fakeshard.testing.draws import stable_draws
 from fakeshard.testing.trace import REGRESSIONS, Trace
 
 
@@ -83,23 +84,37 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
 
 
 def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float = 0.0) -> Trace:
-    """Remove steps one at a time while the trace still fails the same way (to a fixed point).
+    """Remove steps, and simplify the world, while the trace still fails the same way.
 
     "The same way" is the same type of failure (a model divergence stays a
-    divergence), so reduction never trades the bug for a malformed story.
+    divergence), so reduction never trades the bug for a malformed story.  Steps go
+    first (ddmin-style, to a fixed point); then, for a trace whose world holds a
+    fault plan per node (``config["fault_plans"]``), one rule at a time is dropped,
+    fired earlier or made certain (:func:`simpler_plans`), and steps are removed
+    again, until neither helps.
     """
     original = replay(trace, factory, factory_name, tolerance)
     if not original.failed:
         return original.trace
-    steps = list(trace.steps)
 
-    def still_fails(candidate: list[dict[str, Any]]) -> bool:
-        attempt = Trace(**{**trace.__dict__, "steps": candidate, "expected": [], "actual": []})
+    def still_fails(steps: list[dict[str, Any]], config: dict[str, Any]) -> bool:
+        attempt = Trace(**{**trace.__dict__, "config": config, "steps": steps, "expected": [], "actual": []})
         result = replay(attempt, factory, factory_name, tolerance)
         return result.failed and result.error_type == original.error_type
 
-    # Try removing chunks, halving their size down to single steps (ddmin-style),
-    # and repeat until no single step can go.
+    steps, config = list(trace.steps), trace.config
+    while True:
+        steps = _fewer_steps(steps, lambda candidate: still_fails(candidate, config))
+        simpler = next((c for c in simpler_plans(config) if still_fails(steps, c)), None)
+        if simpler is None:
+            break
+        config = simpler
+    final = replay(Trace(**{**trace.__dict__, "config": config, "steps": steps}), factory, factory_name, tolerance)
+    return final.trace
+
+
+def _fewer_steps(steps: list[dict[str, Any]], still_fails: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Remove chunks of steps, halving their size down to single steps, until no single step can go."""
     size = max(len(steps) // 2, 1)
     while True:
         removed = False
@@ -112,9 +127,39 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
         if size > 1:
             size //= 2
         elif not removed:
-            break
-    final = replay(Trace(**{**trace.__dict__, "steps": steps}), factory, factory_name, tolerance)
-    return final.trace
+            return steps
+
+
+def simpler_plans(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Worlds one step simpler than ``config``'s per-node fault plans (wire form), simplest
+    first: a rule dropped, then a rule's ``nth`` brought down to 1 (or one less), its
+    ``count`` to 1, its ``probability`` to 1 (no draw).  Nothing for a config without them."""
+    plans = config.get("fault_plans")
+    if not isinstance(plans, list):
+        return
+    places = [(k, i) for k, plan in enumerate(plans) for i in range(len(plan.get("rules", ())))]
+
+    def changed(k: int, i: int, rule: Optional[dict[str, Any]]) -> dict[str, Any]:
+        rules = list(plans[k]["rules"])
+        if rule is None:
+            del rules[i]
+        else:
+            rules[i] = rule
+        new = list(plans)
+        new[k] = {**plans[k], "rules": rules}
+        return {**config, "fault_plans": new}
+
+    for k, i in places:
+        yield changed(k, i, None)
+    for k, i in places:
+        rule = plans[k]["rules"][i]
+        nth, count, probability = rule.get("nth", 1), rule.get("count", 1), rule.get("probability", 1.0)
+        for simpler in ({"nth": 1}, {"nth": nth - 1}, {"count": 1}, {"probability": 1.0}):
+            key, value = next(iter(simpler.items()))
+            now = {"nth": nth, "count": count, "probability": probability}[key]
+            if value is not None and value != now and (key != "nth" or value >= 1) \
+                    and (key != "count" or now is None or value < now):
+                yield changed(k, i, {**rule, **simpler})
 
 
 def stem(trace: Trace) -> str:
@@ -141,7 +186,8 @@ def run_machine(
     if seed is not None:
         factory = hypothesis_seed(seed)(factory)
     try:
-        run_state_machine_as_test(factory, settings=settings)
+        with stable_draws():
+            run_state_machine_as_test(factory, settings=settings)
     except BaseException as exc:
         trace = config.last_failure
         if trace is not None:
