@@ -63,7 +63,7 @@ import redis
 from hypothesis import Phase, settings
 from hypothesis.extra.redis import RedisExampleDatabase
 
-import fakeshard.testing.profiles
+from fakeshard.testing import profiles
 from fakeshard.testing.machines import MachineConfig, SessionsMachine
 from fakeshard.testing.regress import run_machine
 from tests.planted import BUGS
@@ -71,7 +71,7 @@ from tests.planted import BUGS
 url, seed, phases, prefix, save_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 bug = next(b for b in BUGS if b.name == "stale_as_cache_miss")
 shared = RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=prefix.encode())
-chosen = settings(settings.get_profile("thorough"), max_examples=300, stateful_step_count=40, database=shared,
+chosen = settings(profiles.get("thorough"), max_examples=300, stateful_step_count=40, database=shared,
                   phases=[getattr(Phase, name) for name in phases.split(",")])
 try:
     run_machine(SessionsMachine, MachineConfig(bug.factory, "tests.planted:" + bug.name), settings=chosen,
