@@ -20,6 +20,10 @@ from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMac
 from fakeshard.testing.regress import replay, run_machine
 from tests.planted import BUGS
 
+#: One xdist worker runs this module's tests in file order (``--dist loadgroup``, in the
+#: project's addopts), so the median check below sees every planted bug's length.
+pytestmark = pytest.mark.xdist_group("planted")
+
 MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
 #: A reduced counterexample longer than this is not a short story.
 MAX_STEPS = 12
