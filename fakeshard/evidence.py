@@ -71,6 +71,8 @@ def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: 
                    argv: Optional[list[str]] = None) -> int:
     """Run everything, write the evidence folder; 0 if all passed and gates held."""
     root = work_dir()
+    if tuple(options.machines) == ("coordinator",):
+        return _write_coordinator_evidence(options, root=root, dest=dest, argv=argv or sys.argv[1:])
     result = run_check(options)
     suite_cmd, suite_rc, suite_line = _contract_suite(root, options.engine)
     dest = dest if dest is not None else EVIDENCE_ROOT / result.evidence_class
@@ -86,6 +88,111 @@ def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: 
     # A suite not run (no checkout) is said so in the text; it does not fail what did run.
     ok = not result.failed and result.coverage_ok and suite_rc in (0, NOT_RUN) and not result.missing_probes
     return 0 if ok else 1
+
+
+def _write_coordinator_evidence(options: CheckOptions, *, root: Path, dest: Optional[Path],
+                                argv: list[str]) -> int:
+    """A coordinator campaign (``--machines coordinator``): the coordinator machine alone."""
+    result = run_check(options)
+    dest = dest if dest is not None else EVIDENCE_ROOT / "coordinator"
+    dest = dest if dest.is_absolute() else root / dest
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "README.md").write_text(render_coordinator(result, root=root, argv=argv), encoding="utf-8")
+    sys.stdout.write(f"wrote {dest / 'README.md'}\n")
+    return 0 if not result.failed and result.machines else 1
+
+
+def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> str:
+    """The evidence page of a coordinator campaign, from the run just made."""
+    from fakeshard.testing import coordinating as c
+
+    o = result.options
+    coordinator = o.coordinator or "fakeshard.testing.coordinating:reference"
+    commit = _git(root, "rev-parse", "HEAD") or "unknown"
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
+    here = f"{root}/"
+    fixture = result.evidence_class == "fixture"
+    outcomes = sorted(k for k in result.probes if k.startswith("coordinator:"))
+    return "\n".join([
+        f"# Evidence: coordinator campaign of `{coordinator}`, {result.evidence_class} engines",
+        "",
+        "Written by `fakeshard evidence --machines coordinator` from the run it just made; "
+        "regenerating it changes only the times.",
+        "",
+        "## Evidence class",
+        "",
+        _table(("what", "factory", "evidence class"),
+               [("coordinator under test", f"`{coordinator}`", "-"),
+                ("engines (nodes)", f"`{o.engine}`", f"`{result.evidence_class}`")]),
+        "",
+        ("**fixture evidence**: the coordinator was driven over fake engines "
+         "(`evidence_class == \"fixture\"`); it shows the coordinator keeps its promises against "
+         "the contract's behaviour, not against any real model engine." if fixture else
+         "**real-model evidence**: the coordinator was driven over engines that run real weights."),
+        "",
+        "## Commands and results",
+        "",
+        "```sh",
+        "python3 -m fakeshard " + " ".join(shlex.quote(a) for a in argv),
+        "```",
+        "",
+        "ran, from the repository root:",
+        "",
+        "```sh",
+        " ".join(shlex.quote(part.replace(here, "")) for part in result.command),
+        "```",
+        "",
+        _table(("run", "result"), [
+            ("coordinator campaign (pytest exit code)",
+             f"{result.returncode} ({'passed' if not result.failed else 'FAILED'})"),
+            *[(m["machine"] + " machine", f"{m['runs']} examples, {m['steps']} steps, "
+               + ("FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed")) for m in result.machines],
+            ("campaign time", f"{result.elapsed:.1f} s"),
+        ]),
+        "",
+        f"Profile `{o.profile}`" + (f", seed {o.seed}" if o.seed is not None else "") + ".",
+        "",
+        "## What was checked after every step",
+        "",
+        "* each session's tokens are the fault-free stream of one FULL engine;",
+        "* after `release`, no engine holds cache or live state for the session, including "
+        "engines it was routed away from;",
+        "* no engine sees a call for a session after its release (until the id starts again);",
+        f"* the budget: with `S` = {len(c.RANGES)} stages, `N` = {len(c.RANGES) * c.PER_STAGE} engines "
+        "and `F` the step's calls answered `EngineCrashed`, `ResponseLost` or `OutOfMemory` or "
+        "with an output that breaks the contract: `start` and `next_token` at most `S * (1 + F)` "
+        "engine calls, `release` at most `N * (1 + F)`, the coordinator's own virtual time at most "
+        f"{c.BUDGET_SECONDS_PER_FAULT:g} s per failing call, `GaveUp` only when `F > {c.GIVE_UP_AFTER}`.",
+        "",
+        "## What the campaign put the coordinator through",
+        "",
+        _table(("probe", "reached"), [(f"`{k}`", str(result.probes[k])) for k in outcomes]),
+        "",
+        "`coordinator:call:X`: engine calls answered `X` (`malformed_output`: an answer that breaks "
+        "the contract); `coordinator:crash`: an engine crashed between steps; "
+        "`coordinator:faulted_step`: steps with at least one failing call.",
+        "",
+        "## Environment",
+        "",
+        _table(("what", "value"), [
+            ("python", platform.python_version()),
+            ("platform", platform.platform()),
+            ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
+        ] + [(name, _version(name)) for name in _PACKAGES]),
+        "",
+        "## Limitations",
+        "",
+        "* The worlds are bounded: three sessions, three stages with one spare each, histories of "
+        f"at most {c.MAX_HISTORY} positions, at most {c.MAX_CRASHES} crashes between steps; a "
+        "coordinator's bug that needs more may be missed.",
+        "* One call at a time, in one process: a coordinator's own concurrency (several requests "
+        "in flight) is not exercised here.",
+        "* Time is virtual; the budget is a cost model (calls and back-off per failing call), not "
+        "a latency measurement.",
+        "* Planted coordinators (`tests/planted_coordinators.py`) are caught by the same machine "
+        "in the checkout's tests; this run does not include them.",
+        "",
+    ])
 
 
 def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[str],

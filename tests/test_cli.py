@@ -121,3 +121,19 @@ def test_check_runs_a_small_campaign(tmp_path):
     assert "fixture evidence, not real-model certification" in result.stdout
     assert (tmp_path / "out" / "coverage.json").is_file()
     assert "examples" in result.stderr  # the progress bar
+
+
+def test_evidence_of_a_coordinator_campaign(tmp_path):
+    dest = tmp_path / "coordinator"
+    result = _run("evidence", "--machines", "coordinator", "--coordinator", "tests.planted_coordinators:gives_up_early",
+                  "--profile", "dev", "--examples", "4", "--steps", "8", "--seed", "0", "--dest", str(dest),
+                  "--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "out"))
+    text = (dest / "README.md").read_text(encoding="utf-8")
+    assert "coordinator campaign of `tests.planted_coordinators:gives_up_early`, fixture engines" in text
+    assert "**fixture evidence**" in text and "`coordinator:call:ok`" in text
+    # What the page says of the run is what the run did.
+    assert (result.returncode == 0) == ("| coordinator campaign (pytest exit code) | 0 (passed) |" in text)
+    ok = _run("evidence", "--machines", "coordinator", "--profile", "dev", "--examples", "4", "--steps", "8",
+              "--dest", str(dest), "--out", str(tmp_path / "out"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "| coordinator campaign (pytest exit code) | 0 (passed) |" in (dest / "README.md").read_text()
