@@ -101,6 +101,10 @@ epoch_moves = st.sampled_from(["same"] * 4 + ["up", "down", 0, 1, 2, 3])
 positions = st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5])
 #: Mostly well-formed input; sometimes each kind of malformed input.
 bad_inputs = st.sampled_from([None] * 57 + list(BAD_INPUTS))
+#: Calls to a down engine: a third well-formed, the rest each kind of malformed input (a wide
+#: integer spreads the kinds evenly).
+bad_while_down = st.integers(0, 2**16).map(
+    lambda i: None if spread(i) % 3 == 0 else BAD_INPUTS[spread(i) // 3 % len(BAD_INPUTS)])
 #: cancel or release, sometimes with a malformed epoch.
 close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!", "cancel?", "release?"])
 
@@ -207,13 +211,18 @@ class _EngineMachine(RecordingMachine):
         self._run(step)
 
     @precondition(lambda self: self.runner is not None and self.runner.model.crashed)
-    @rule(op=st.sampled_from(["prefill", "decode", "cancel", "release"]), who=who_choices)
-    def call_while_down(self, op: str, who: str) -> None:
+    @rule(op=st.sampled_from(["prefill", "decode", "cancel", "release"]), who=who_choices, bad=bad_while_down)
+    def call_while_down(self, op: str, who: str, bad: Optional[str]) -> None:
+        """A down engine answers ``engine_crashed`` before it looks at the input: most calls
+        carry a bad input, of every kind (a crossing of the first two checks)."""
         sid = self._sid(who)
         if op in ("cancel", "release"):
-            self._run({"op": op, "session_id": sid, "epoch": 0})
-        else:
-            self._compute(op, who, "same", "next", [1], None)
+            step = {"op": op, "session_id": sid, "epoch": 0}
+            if bad is not None:
+                step["bad"] = "epoch" if BAD_INPUTS.index(bad) % 2 else "session"
+            self._run(step)
+        else:  # two positions are a decode's mistake (a prefill takes any number)
+            self._compute("decode" if bad == "two_positions" else op, who, "same", "next", [1], bad)
 
     # The contract defines restart() for a crashed engine; that is when we call it.
     @precondition(lambda self: self.runner is not None and self.runner.model.crashed)
@@ -296,5 +305,11 @@ class FaultsMachine(_EngineMachine):
         fault = standing[mixed % len(standing)]
         op = ("any", "decode")[mixed // len(standing) % 2]  # decodes succeed less often: aim some there
         rule = FaultRule(fault, op=op, count=None, probability=0.5)
-        plan = FaultPlan(plan.rules + (rule,), plan.seed)
+        # A node that loses answers is often slow and short of memory too: every decode of such
+        # a run is delayed and every prefill finds one position reserved (probability 1 takes
+        # no draw from the plan's generator, so the other rules fire as they would), so a lost
+        # answer meets a delay and memory pressure on one call.
+        slow = (FaultRule(Delay(0.25), op="decode", count=None),
+                FaultRule(MemoryPressure(1), op="prefill", count=None)) if isinstance(fault, DropResponse) else ()
+        plan = FaultPlan(plan.rules + (rule,) + slow, plan.seed)
         self._start(role, capacity, seed, plan)

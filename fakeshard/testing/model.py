@@ -12,6 +12,7 @@ It may be slow; it must be simple enough to trust by reading.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -21,6 +22,10 @@ from fakeshard.feeder import Feeder
 
 # Outcome codes: "ok" or an error code from the contract.
 OK = "ok"
+#: The session rules' conditions in the contract's order of checks: the first that holds decides.
+COMPUTE_ORDER = ("down", "malformed", "stale", "cancelled", "released", "nothing_held_miss",
+                 "position_mismatch", "pressure", "capacity")
+CLOSE_ORDER = ("down", "malformed", "stale")
 
 
 @dataclass
@@ -40,6 +45,12 @@ class Expected:
     output: Any = None
     malformed: tuple[str, ...] = ()
     fired: tuple[str, ...] = ()
+    #: Every condition of the session rules that held on the call, in the contract's order
+    #: (the first decided it): the crossings a probe records.
+    holds: tuple[str, ...] = ()
+    #: The allocation the call reached (create, replace_older, create_over_tombstone, append),
+    #: whether or not it fit; ``""`` for a call decided before it.
+    allocation: str = ""
 
 
 @dataclass
@@ -143,12 +154,49 @@ class Model:
             return fired, names, ids, Expected("malformed_bundle", "malformed", fired=names)
         return fired, names, ids, None
 
+    def conditions(self, op: str, session_id: Any, epoch: Any, start: int, n: int, valid: bool,
+                   fired: list[Any]) -> tuple[str, ...]:
+        """Every session-rule condition that holds for the call, each read on its own, in the
+        contract's order (``COMPUTE_ORDER``, ``CLOSE_ORDER``); changes nothing.  The session
+        conditions are read where the call names a session and epoch of the right types."""
+        holds = ["down"] if self.crashed else []
+        if not valid:
+            holds.append("malformed")
+        if not isinstance(session_id, str) or isinstance(epoch, bool) or not isinstance(epoch, int):
+            return tuple(holds)
+        s = self.sessions.get(session_id)
+        if s is not None and epoch < s.epoch:
+            holds.append("stale")
+        if op in ("cancel", "release"):
+            return tuple(holds)
+        held = s is not None and s.epoch == epoch
+        if held and s.status in ("cancelled", "released"):
+            holds.append(s.status)
+        if not held and (op != "prefill" or start != 0):
+            holds.append("nothing_held_miss")
+        if held and s.status == "live" and start != len(s.history):
+            holds.append("position_mismatch")
+        pressure = [f for f in fired if type(f).__name__ == "MemoryPressure"]
+        if any(f.reserve_tokens is None for f in pressure):
+            holds.append("pressure")
+        if self.capacity is not None:
+            freed = len(s.history) if s is not None and s.epoch < epoch else 0
+            reserve = sum(f.reserve_tokens or 0 for f in pressure)
+            if n > self.capacity - reserve - (self.used - freed):
+                holds.append("capacity")
+        return tuple(holds)
+
     def compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
                 valid: bool = True) -> Expected:
         """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input."""
         fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
-        if decided is not None:
-            return decided
+        holds = self.conditions(op, session_id, epoch, start, len(tokens), valid, fired)
+        if decided is None:
+            decided = self._decide_compute(op, session_id, epoch, start, tokens, fired, names, ids)
+        return dataclasses.replace(decided, holds=holds)
+
+    def _decide_compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
+                        fired: list[Any], names: tuple[str, ...], ids: dict[str, Any]) -> Expected:
         s = self.sessions.get(session_id)
         held = s is not None and s.epoch == epoch
         if s is not None and epoch < s.epoch:
@@ -171,24 +219,30 @@ class Model:
             row, freed, cached = "append", 0, s.history
         if "MemoryPressure" in names:
             if any(f.reserve_tokens is None for f in fired if type(f).__name__ == "MemoryPressure"):
-                return Expected("out_of_memory", "pressure", ids, fired=names)
+                return Expected("out_of_memory", "pressure", ids, fired=names, allocation=row)
         if self.capacity is not None:
             reserve = sum(f.reserve_tokens for f in fired if type(f).__name__ == "MemoryPressure")
             if len(tokens) > self.capacity - reserve - (self.used - freed):
-                return Expected("out_of_memory", "capacity", ids, fired=names)
+                return Expected("out_of_memory", "capacity", ids, fired=names, allocation=row)
         history = cached + list(tokens)
         self.sessions[session_id] = ModelSession(epoch, "live", history)
         output = self.oracle.output(session_id, epoch, start, history)
         malformed = tuple(f.kind for f in fired if type(f).__name__ == "Malformed")
         if "DropResponse" in names:
-            return Expected("response_lost", row, ids, output=output, malformed=malformed, fired=names)
-        return Expected(OK, row, output=output, malformed=malformed, fired=names)
+            return Expected("response_lost", row, ids, output=output, malformed=malformed, fired=names,
+                            allocation=row)
+        return Expected(OK, row, output=output, malformed=malformed, fired=names, allocation=row)
 
     def close(self, op: str, session_id: str, epoch: int, valid: bool = True) -> Expected:
         """cancel/release."""
-        _fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
-        if decided is not None:
-            return decided
+        fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
+        holds = self.conditions(op, session_id, epoch, 0, 0, valid, fired)
+        if decided is None:
+            decided = self._decide_close(op, session_id, epoch, names, ids)
+        return dataclasses.replace(decided, holds=holds)
+
+    def _decide_close(self, op: str, session_id: str, epoch: int, names: tuple[str, ...],
+                      ids: dict[str, Any]) -> Expected:
         status = "cancelled" if op == "cancel" else "released"
         s = self.sessions.get(session_id)
         if s is not None and epoch < s.epoch:

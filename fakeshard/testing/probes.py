@@ -3,12 +3,15 @@
 Every step reports its probes here (and to Hypothesis as ``event()``s, which
 ``--hypothesis-show-statistics`` prints).  ``REQUIRED`` is the list a ``ci``
 campaign must reach: every row of the contract's session table for each call,
-every error code, every fault and every ``Malformed`` kind.
+every error code, every fault and every ``Malformed`` kind, and every crossed
+condition (``CROSSINGS``) that the contract does not make impossible
+(``UNREACHABLE``, each with its reason).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 from fakeshard.errors import ERROR_CODES
 from fakeshard.faults import MALFORMED_KINDS
@@ -17,6 +20,55 @@ _COMPUTE_ROWS = ("down", "malformed", "stale", "cancelled", "released", "nothing
                  "position_mismatch", "append", "pressure", "capacity")
 _CLOSE_ROWS = ("down", "malformed", "stale", "noop", "tombstone", "frees")
 
+#: The session rules' conditions, in the contract's order of checks (as the model reads them).
+COMPUTE_CONDITIONS = ("down", "malformed", "stale", "cancelled", "released", "nothing_held_miss",
+                      "position_mismatch", "pressure", "capacity")
+CLOSE_CONDITIONS = ("down", "malformed", "stale")
+_FAULT_KINDS = ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")
+_OUTCOMES = ("ok",) + tuple(ERROR_CODES)
+#: What every malformed input the machines send is (``fakeshard.testing.runner.BAD_INPUTS``,
+#: and the close calls' bad ``epoch`` and ``session``).
+_BAD_KINDS = ("contract", "range", "type", "two_positions", "session_type", "empty_session",
+              "epoch_negative", "epoch_bool", "start_negative", "no_positions", "token_type",
+              "not_a_bundle", "nan", "checksum", "width", "ragged", "layer", "value_type", "rows_type",
+              "epoch", "session")
+_ALLOCATIONS = ("create", "replace_older", "create_over_tombstone", "append", "reserve")
+
+#: Crossed conditions the contract makes impossible, each with the reason.  Every other
+#: crossing below is required of a ci campaign.
+UNREACHABLE: dict[str, str] = {
+    **{f"cross:compute:down+{b}": "a crash wipes every session and tombstone: a down engine holds no state"
+       for b in ("stale", "cancelled", "released", "position_mismatch")},
+    "cross:close:down+stale": "a crash wipes every session and tombstone: a down engine holds no state",
+    **{f"cross:compute:stale+{b}": "a stale epoch is older than the one held: nothing is held at the call's "
+       "epoch, so it is not cancelled, released or live there" for b in ("cancelled", "released", "position_mismatch")},
+    **{f"cross:compute:{a}+{b}": "the session at the call's epoch is in one state: cancelled, released, "
+       "live, or not held" for a, b in (("cancelled", "released"), ("cancelled", "nothing_held_miss"),
+                                         ("cancelled", "position_mismatch"), ("released", "nothing_held_miss"),
+                                         ("released", "position_mismatch"),
+                                         ("nothing_held_miss", "position_mismatch"))},
+    **{f"cross:fault:Crash+{code}": "a crash takes the engine down before the call: it answers engine_crashed"
+       for code in _OUTCOMES if code != "engine_crashed"},
+    "cross:fault:DropResponse+ok": "a dropped response is response_lost when the call applies, else the "
+                                   "call's own error (the fault is spent): never ok",
+}
+
+
+def _pairs(kind: str, conditions: tuple[str, ...]) -> list[str]:
+    return [f"cross:{kind}:{a}+{b}" for i, a in enumerate(conditions) for b in conditions[i + 1:]]
+
+
+#: Every crossing the contract orders or combines: each check with each later one (compute
+#: and close calls), each fault kind with each outcome, a down engine with each kind of bad
+#: input, and capacity with each kind of allocation (create, replace of an older epoch,
+#: create over a tombstone, append) and with a memory reserve, fitting or not.
+CROSSINGS: frozenset[str] = frozenset(
+    _pairs("compute", COMPUTE_CONDITIONS) + _pairs("close", CLOSE_CONDITIONS)
+    + [f"cross:fault:{k}+{code}" for k in _FAULT_KINDS for code in _OUTCOMES]
+    + [f"cross:down+bad:{bad}" for bad in _BAD_KINDS]
+    + [f"cross:capacity:{a}+{fit}" for a in _ALLOCATIONS for fit in ("fit", "full")]
+)
+
 REQUIRED: frozenset[str] = frozenset(
     [f"prefill:{row}" for row in _COMPUTE_ROWS + ("create", "replace_older", "create_over_tombstone")]
     + [f"decode:{row}" for row in _COMPUTE_ROWS]
@@ -24,7 +76,7 @@ REQUIRED: frozenset[str] = frozenset(
     + [f"code:{code}" for code in ERROR_CODES]
     + [f"fault:{name}" for name in ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")]
     + [f"malformed:{kind}" for kind in MALFORMED_KINDS]
-)
+) | (CROSSINGS - frozenset(UNREACHABLE))
 
 #: Probes reached in this process, with counts.
 reached: Counter[str] = Counter()
@@ -42,6 +94,27 @@ def record(names: list[str]) -> None:
                 event(name)
             except Exception:  # event() outside a Hypothesis test (replay) is fine to skip
                 pass
+
+
+def crossings(op: str, holds: tuple[str, ...], fired: tuple[str, ...], code: str, bad: Optional[str],
+              allocation: str = "") -> list[str]:
+    """The crossed conditions of one call: each pair of session-rule conditions that held
+    together (``cross:compute:a+b``, ``cross:close:a+b``, in the contract's order), each fault
+    kind fired with the call's outcome (``cross:fault:Kind+code``), a down engine with the
+    kind of bad input (``cross:down+bad:kind``), and, on an engine with a capacity, the
+    allocation the call reached with whether it fit (``cross:capacity:create+fit``, ...,
+    ``cross:capacity:append+full``; ``allocation`` is ``""`` without a capacity), and with a
+    memory reserve (``cross:capacity:reserve+code``)."""
+    kind = "close" if op in ("cancel", "release") else "compute"
+    names = [f"cross:{kind}:{a}+{b}" for i, a in enumerate(holds) for b in holds[i + 1:]]
+    names += [f"cross:fault:{name}+{code}" for name in sorted(set(fired))]
+    if bad is not None and "down" in holds:
+        names.append(f"cross:down+bad:{bad}")
+    if allocation:
+        names.append(f"cross:capacity:{allocation}+{'full' if 'capacity' in holds else 'fit'}")
+        if "MemoryPressure" in fired:
+            names.append(f"cross:capacity:reserve+{'full' if 'capacity' in holds else 'fit'}")
+    return names
 
 
 def missing(seen: Counter[str] | set[str] | None = None) -> list[str]:

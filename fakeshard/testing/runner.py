@@ -251,7 +251,7 @@ class EngineRunner:
             n = len(tokens)
         self.trace.expected.append(summarize_expected(expected))
         self.trace.actual.append(summarize(actual))
-        self._probe(op, expected)
+        self._probe(op, expected, step.get("bad"))
         # The session's history is read only if a sampled token differs (after the model's update).
         problem = compare(expected, actual, self.spec, n, self.judge, lambda want, got: self.judge.token_ok(
             self.spec, self.seed, self.model.history(step["session_id"]), want, got), self.fixture_choices)
@@ -263,9 +263,11 @@ class EngineRunner:
             self.trace.failure = f"step {len(self.trace.steps)} ({op}): {problem}"
             raise Divergence(self.trace.failure)
 
-    def _probe(self, op: str, expected: Expected) -> None:
+    def _probe(self, op: str, expected: Expected, bad: Optional[str]) -> None:
         names = [f"{op}:{expected.row}" if op != "restart" else "restart", f"code:{expected.code}"]
         names += [f"fault:{name}" for name in expected.fired]
+        names += probes.crossings(op, expected.holds, expected.fired, expected.code, bad,
+                                  expected.allocation if self.model.capacity is not None else "")
         if expected.output is not None:
             applies = SAMPLE_KINDS if isinstance(expected.output, SampleBundle) else HIDDEN_KINDS
             names += [f"malformed:{kind}" for kind in expected.malformed if kind in applies]

@@ -108,3 +108,6 @@ def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, re
             run_machine(machine, config, save_dir=None)
             reached.update(probes.reached - before)
     assert probes.missing(reached) == [], f"unreached probes: {probes.missing(reached)}"
+    impossible = sorted(set(reached) & set(probes.UNREACHABLE))
+    assert not impossible, ("reached crossings the contract makes impossible (the engine or the list is "
+                            f"wrong): {', '.join(f'{p} ({probes.UNREACHABLE[p]})' for p in impossible)}")
