@@ -16,13 +16,18 @@ from fakeshard import (
     CacheMiss,
     Crash,
     Delay,
+    EngineCrashed,
     FakeShardEngine,
     FaultPlan,
     HiddenBundle,
     Malformed,
+    MalformedBundle,
     OutOfMemory,
     PositionMismatch,
+    ResponseLost,
     SampleBundle,
+    SessionCancelled,
+    SessionReleased,
     StaleEpoch,
     TokenBundle,
 )
@@ -213,6 +218,180 @@ class DropNotApplied(FakeShardEngine):
             raise
 
 
+# -- crossed conditions: each bug shows only where two of the contract's conditions hold at once --
+
+
+def _positions(bundle: Any) -> int:
+    return len(bundle.tokens) if isinstance(bundle, TokenBundle) else len(bundle.hidden)
+
+
+def _no_room(engine: Any, bundle: Any, freed: int = 0) -> bool:
+    capacity = engine.capacity_tokens
+    return capacity is not None and _positions(bundle) > capacity - (engine.used_tokens - freed)
+
+
+class ValidatesBeforeUp(FakeShardEngine):
+    """Order (engine up x valid input): a down engine looks at the input first, answering a bad
+    one with malformed_bundle instead of engine_crashed."""
+
+    def _compute(self, op: str, bundle: Any) -> Any:
+        if self._crashed:
+            try:
+                self._check_input(op, bundle)
+            except MalformedBundle:
+                self._faults.draw(op, getattr(bundle, "session_id", None))  # the call still counts
+                raise
+        return super()._compute(op, bundle)
+
+
+class CapacityBeforeFence(Wrapper):
+    """Order (stale epoch x capacity): a stale call that would not fit is refused as out of
+    memory, not as stale."""
+
+    def prefill(self, bundle: Any) -> Any:
+        view = self.inner.session(bundle.session_id) if isinstance(bundle, (TokenBundle, HiddenBundle)) else None
+        if view is not None and bundle.epoch < view.epoch and _no_room(self.inner, bundle):
+            raise OutOfMemory("no room", session_id=bundle.session_id, epoch=bundle.epoch)
+        return self.inner.prefill(bundle)
+
+
+class CapacityBeforeTombstone(Wrapper):
+    """Order (released or cancelled x capacity): a call on a closed session that would not fit
+    is refused as out of memory, not as closed."""
+
+    def prefill(self, bundle: Any) -> Any:
+        view = self.inner.session(bundle.session_id) if isinstance(bundle, (TokenBundle, HiddenBundle)) else None
+        if view is not None and view.epoch == bundle.epoch and view.status != "live" \
+                and _no_room(self.inner, bundle):
+            raise OutOfMemory("no room", session_id=bundle.session_id, epoch=bundle.epoch)
+        return self.inner.prefill(bundle)
+
+
+class CapacityBeforePosition(Wrapper):
+    """Order (position x capacity): a mispositioned call that would not fit is refused as out
+    of memory, not as a position mismatch."""
+
+    def prefill(self, bundle: Any) -> Any:
+        view = self.inner.session(bundle.session_id) if isinstance(bundle, (TokenBundle, HiddenBundle)) else None
+        if view is not None and view.epoch == bundle.epoch and view.status == "live" \
+                and bundle.start_pos != view.cached_tokens and _no_room(self.inner, bundle):
+            raise OutOfMemory("no room", session_id=bundle.session_id, epoch=bundle.epoch)
+        return self.inner.prefill(bundle)
+
+
+class ReplaceCountsOld(Wrapper):
+    """Capacity x epochs: a prefill that replaces an older epoch's cache does not count the old
+    positions as free, so a replace that fits is refused."""
+
+    def prefill(self, bundle: Any) -> Any:
+        view = self.inner.session(bundle.session_id) if isinstance(bundle, (TokenBundle, HiddenBundle)) else None
+        if view is not None and view.epoch < bundle.epoch and view.cached_tokens and bundle.start_pos == 0 \
+                and _no_room(self.inner, bundle):
+            raise OutOfMemory("no room", session_id=bundle.session_id, epoch=bundle.epoch)
+        return self.inner.prefill(bundle)
+
+
+class TombstoneHoldsMemory(Wrapper):
+    """Capacity x tombstones: every tombstone (a cancel or release of a session not held) is
+    charged one position until a prefill replaces it."""
+
+    tombstones: set = set()
+
+    def _close(self, op: str, session_id: str, epoch: int) -> None:
+        view = self.inner.session(session_id) if isinstance(session_id, str) else None
+        getattr(self.inner, op)(session_id, epoch)
+        if view is None or view.epoch < epoch:
+            self.tombstones = self.tombstones | {session_id}
+
+    def cancel(self, session_id: str, epoch: int) -> None:
+        self._close("cancel", session_id, epoch)
+
+    def release(self, session_id: str, epoch: int) -> None:
+        self._close("release", session_id, epoch)
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        self.tombstones = self.tombstones - {bundle.session_id}
+        return out
+
+    def restart(self) -> None:
+        self.inner.restart()
+        self.tombstones = set()
+
+    @property
+    def used_tokens(self) -> int:
+        return self.inner.used_tokens + len(self.tombstones)
+
+
+class CrashKeepsAccounting(FakeShardEngine):
+    """Capacity x crashes: a crash wipes the sessions but not the accounting, so the engine
+    comes back with positions charged that no session holds."""
+
+    def crash(self) -> None:
+        used = self._used
+        super().crash()
+        self._used = used
+
+    def restart(self) -> None:
+        used = self._used
+        super().restart()
+        self._used = used
+
+
+class ReserveOnlyOnCreate(FakeShardEngine):
+    """Capacity x memory pressure: a memory reserve is honoured when a session is created, and
+    ignored when positions are appended."""
+
+    def _enter(self, op: str, session_id: object, epoch: object) -> Any:
+        drawn = super()._enter(op, session_id, epoch)
+        entry = self._sessions.get(session_id) if isinstance(session_id, str) else None
+        if drawn.reserve_tokens and entry is not None and entry.epoch == epoch and entry.status == "live":
+            return dataclasses.replace(drawn, reserve_tokens=0)
+        return drawn
+
+
+class DropOnFailedCall(FakeShardEngine):
+    """Fault x outcome: a DropResponse that fires on a call failing for another reason is not
+    spent: the caller gets response_lost instead of the call's own error."""
+
+    _drawn: Any = None
+
+    def _enter(self, op: str, session_id: object, epoch: object) -> Any:
+        self._drawn = super()._enter(op, session_id, epoch)
+        return self._drawn
+
+    def _compute(self, op: str, bundle: Any) -> Any:
+        self._drawn = None
+        try:
+            return super()._compute(op, bundle)
+        except (StaleEpoch, PositionMismatch, CacheMiss, OutOfMemory, SessionCancelled, SessionReleased) as exc:
+            if self._drawn is not None and self._drawn.drop:
+                raise ResponseLost("lost", session_id=exc.session_id, epoch=exc.epoch) from None
+            raise
+
+
+class DelayOnlyOnSuccess(FakeShardEngine):
+    """Fault x outcome: a Delay takes its time only on calls that succeed (a refused call
+    answers at once)."""
+
+    def _enter(self, op: str, session_id: object, epoch: object) -> Any:
+        drawn = self._faults.draw(op, session_id)
+        if drawn.crash:
+            self.crash()
+        if self._crashed:
+            raise EngineCrashed("down", session_id=session_id if isinstance(session_id, str) else None,
+                                epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+        self._pending_delay = drawn.delay
+        return dataclasses.replace(drawn, delay=0.0)
+
+    def _compute(self, op: str, bundle: Any) -> Any:
+        self._pending_delay = 0.0
+        out = super()._compute(op, bundle)
+        if self._pending_delay:
+            self.clock.sleep(self._pending_delay)
+        return out
+
+
 def _without(fault_type: type) -> Callable[..., Any]:
     def factory(spec: Any, *, faults: Any = None, **kw: Any) -> FakeShardEngine:
         if faults is not None:
@@ -251,4 +430,16 @@ BUGS = (
     Bug("malformed_ignored", "fault semantics", _without(Malformed), "faults"),
     Bug("delay_ignored", "fault semantics", _without(Delay), "faults"),
     Bug("crash_ignored", "fault semantics", _without(Crash), "faults"),
+    # One per class of crossed condition (fakeshard.testing.probes.CROSSINGS).
+    Bug("validates_before_up", "order: engine up x valid input", ValidatesBeforeUp, "sessions"),
+    Bug("capacity_before_fence", "order: stale epoch x capacity", _wrapped(CapacityBeforeFence), "sessions"),
+    Bug("capacity_before_tombstone", "order: closed session x capacity", _wrapped(CapacityBeforeTombstone),
+        "sessions"),
+    Bug("capacity_before_position", "order: position x capacity", _wrapped(CapacityBeforePosition), "sessions"),
+    Bug("replace_counts_old", "capacity x epochs", _wrapped(ReplaceCountsOld), "sessions"),
+    Bug("tombstone_holds_memory", "capacity x tombstones", _wrapped(TombstoneHoldsMemory), "sessions"),
+    Bug("crash_keeps_accounting", "capacity x crashes", CrashKeepsAccounting, "sessions"),
+    Bug("reserve_only_on_create", "capacity x memory pressure", ReserveOnlyOnCreate, "faults"),
+    Bug("drop_on_failed_call", "fault x outcome: lost response", DropOnFailedCall, "faults"),
+    Bug("delay_only_on_success", "fault x outcome: delay", DelayOnlyOnSuccess, "faults"),
 )
