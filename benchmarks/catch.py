@@ -1,8 +1,9 @@
 """How long the ci campaign takes to catch each planted bug.
 
 For every planted bug (``tests/planted.py``: the session, fault and failover
-machines) and every planted racy engine (``tests/racy.py``: the parallel
-machine), runs its machine under the ``ci`` settings without shrinking and
+machines), every planted racy engine (``tests/racy.py``: the parallel
+machine) and every planted coordinator (``tests/planted_coordinators.py``: the
+coordinator machine, over fixture engines), runs its machine under the ``ci`` settings without shrinking and
 prints the time to the first failure, then the median and the slowest, and
 the same figures for the fixture running the same campaign to the end (the
 baseline: what a full campaign costs on this machine, in this process).
@@ -29,17 +30,31 @@ from fakeshard.testing.machines import MachineConfig  # noqa: E402
 from fakeshard.testing.parallel import NotLinearizable, run_parallel  # noqa: E402
 from fakeshard.testing.regress import run_machine  # noqa: E402
 from tests import racy  # noqa: E402
+from fakeshard.testing.coordinating import CoordinatorMachine  # noqa: E402
+from fakeshard.testing.coordinating import reference as reference_coordinator  # noqa: E402
 from tests.planted import BUGS  # noqa: E402
+from tests.planted_coordinators import PLANTED  # noqa: E402
+
+REFERENCE = "fakeshard.testing.coordinating:reference"
 # The same machines and settings as the test that asserts each bug is caught.
 from tests.test_planted import CI_NO_SHRINK, MACHINES  # noqa: E402
 
 
 def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool, int]:
-    """Seconds until the machine fails (or finishes), whether it failed, and its runs."""
-    config = MachineConfig(factory, name)  # type: ignore[arg-type]
+    """Seconds until the machine fails (or finishes), whether it failed, and its runs.
+
+    For the coordinator machine, ``factory`` is the coordinator factory (over fixture engines).
+    """
+    if machine == "coordinator":
+        config = MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine", coordinator=factory,  # type: ignore[arg-type]
+                               coordinator_name=name)
+    else:
+        config = MachineConfig(factory, name)  # type: ignore[arg-type]
     started = time.perf_counter()
     try:
-        if machine == "parallel":
+        if machine == "coordinator":
+            run_machine(CoordinatorMachine, config, settings=CI_NO_SHRINK, save_dir=None)
+        elif machine == "parallel":
             run_parallel(config, settings=CI_NO_SHRINK)
         else:
             run_machine(MACHINES[machine], config, settings=CI_NO_SHRINK, save_dir=None)
@@ -52,22 +67,25 @@ def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool,
 def main(pattern: str = "") -> None:
     cases = [(b.name, b.machine, b.factory) for b in BUGS]
     cases += [(name, "parallel", getattr(racy, name)) for name in racy.RACY]
+    cases += [(p.name, "coordinator", p.factory()) for p in PLANTED]
     cases = [c for c in cases if pattern in c[0]]
     print(f"time to the first failure under ci (no Hypothesis shrinking; the parallel machine's own "
           f"reduction included), {len(cases)} planted bugs")
-    print(f"{'bug':<28} {'machine':<9} {'runs':>5} {'seconds':>8}  result")
+    print(f"{'bug':<30} {'machine':<11} {'runs':>5} {'seconds':>8}  result")
     times = []
     for name, machine, factory in cases:
         seconds, caught, runs = time_machine(machine, factory, name)
         times.append(seconds)
-        print(f"{name:<28} {machine:<9} {runs:>5} {seconds:>8.2f}  {'caught' if caught else 'MISSED'}")
+        print(f"{name:<30} {machine:<11} {runs:>5} {seconds:>8.2f}  {'caught' if caught else 'MISSED'}")
     if times:
         print(f"median {statistics.median(times):.2f} s, slowest {max(times):.2f} s "
               f"(goal: median <= 10 s, every one <= 60 s)")
     print("baseline, the fixture through each whole ci campaign (nothing to catch):")
-    for machine in ("sessions", "faults", "failover", "parallel"):
-        seconds, caught, runs = time_machine(machine, FakeShardEngine, "fakeshard:FakeShardEngine")
-        print(f"  {machine:<9} {runs:>5} runs {seconds:>8.2f} s{'  FAILED' if caught else ''}")
+    for machine in ("sessions", "faults", "failover", "parallel", "coordinator"):
+        reference = machine == "coordinator"
+        seconds, caught, runs = time_machine(machine, reference_coordinator if reference else FakeShardEngine,
+                                             REFERENCE if reference else "fakeshard:FakeShardEngine")
+        print(f"  {machine:<11} {runs:>5} runs {seconds:>8.2f} s{'  FAILED' if caught else ''}")
 
 
 if __name__ == "__main__":
