@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from fakeshard import (
     Crash,
@@ -61,7 +61,7 @@ from fakeshard.judge import Judge
 from fakeshard.pipeline import answer_problem
 from fakeshard.testing import probes
 from fakeshard.testing.coordinator import Coordinator, GaveUp
-from fakeshard.testing.machines import RecordingMachine, spread
+from fakeshard.testing.machines import FinishingMachine, spread
 from fakeshard.testing.runner import Divergence, InvalidStep
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
@@ -443,7 +443,7 @@ node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), s
 MAX_CRASHES = 3
 
 
-class CoordinatorMachine(RecordingMachine):
+class CoordinatorMachine(FinishingMachine):
     """Sessions through the coordinator under test, over engines with drawn faults."""
 
     machine_name = "coordinator"
@@ -487,17 +487,3 @@ class CoordinatorMachine(RecordingMachine):
     def crash(self, node: int) -> None:
         self.crashes += 1
         self._run({"op": "crash", "node": node})
-
-    @invariant()
-    def coordinator_keeps_its_promises(self) -> None:
-        if self.runner is not None:
-            problem = self.runner.invariant_problem()
-            assert problem is None, problem
-
-    def teardown(self) -> None:
-        if self.runner is not None:
-            try:
-                self.runner.finish()
-            except BaseException:
-                self.config.last_failure = self.runner.trace
-                raise

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from fakeshard import (
     Crash,
@@ -32,7 +32,7 @@ from fakeshard.faults import MALFORMED_KINDS
 from fakeshard.judge import Judge
 from fakeshard.testing import probes
 from fakeshard.testing.coordinator import LINK_FORMS, Coordinator, WireLink
-from fakeshard.testing.machines import RecordingMachine
+from fakeshard.testing.machines import FinishingMachine
 from fakeshard.testing.runner import Divergence, InvalidStep
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
@@ -173,7 +173,7 @@ node_rules = st.builds(
 node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), st.integers(0, 2**32))
 
 
-class FailoverMachine(RecordingMachine):
+class FailoverMachine(FinishingMachine):
     """Sessions through head -> middle -> tail with spares, under per-node fault plans."""
 
     machine_name = "failover"
@@ -203,17 +203,3 @@ class FailoverMachine(RecordingMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         self._run({"op": "release", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
-
-    @invariant()
-    def streams_are_fault_free(self) -> None:
-        if self.runner is not None:
-            problem = self.runner.invariant_problem()
-            assert problem is None, problem
-
-    def teardown(self) -> None:
-        if self.runner is not None:
-            try:
-                self.runner.finish()
-            except BaseException:
-                self.config.last_failure = self.runner.trace
-                raise

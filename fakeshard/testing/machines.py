@@ -133,6 +133,20 @@ class RecordingMachine(RuleBasedStateMachine):
             raise
 
 
+class FinishingMachine(RecordingMachine):
+    """A machine whose runner checks the world after every step itself (``runner.run`` raises
+    on a break) and once more when the run ends (``runner.finish``: every session released,
+    no memory held)."""
+
+    def teardown(self) -> None:
+        if self.runner is not None:
+            try:
+                self.runner.finish()
+            except BaseException:
+                self.config.last_failure = self.runner.trace
+                raise
+
+
 class _EngineMachine(RecordingMachine):
     """Rules shared by the single-engine machines; subclasses say how the engine starts."""
 
