@@ -355,8 +355,9 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
             raise
     if not found:
         return ran[0]
-    program, history, verdict = shrink(config.factory, spec, found[0][0], (found[0][1], found[0][2]),
-                                       sizes.repeats, tokens)
+    program, history, verdict = found[0]
+    if Phase.shrink in settings.phases:  # a profile without shrinking (``mutate``) wants the failure as found
+        program, history, verdict = shrink(config.factory, spec, program, (history, verdict), sizes.repeats, tokens)
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"
     if save_dir is not None:

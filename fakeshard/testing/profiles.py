@@ -1,6 +1,7 @@
-"""Hypothesis profiles for the machines: ``dev`` (fast), ``ci`` (derandomized), ``thorough``.
+"""Hypothesis profiles for the machines: ``dev`` (fast), ``ci`` (derandomized), ``thorough``,
+and ``mutate`` (derandomized, short, no shrinking: a mutant's run stops at its first failure).
 
-Each is registered as ``fakeshard-dev``, ``fakeshard-ci`` and ``fakeshard-thorough``,
+Each is registered as ``fakeshard-dev``, ``fakeshard-ci``, ``fakeshard-thorough`` and ``fakeshard-mutate``,
 so that installing the kit never replaces a project's own profiles (Hypothesis has
 a ``ci`` profile of its own, loaded by default wherever ``CI`` is set).  Choose one
 with ``FAKESHARD_PROFILE=NAME`` (the short name) or
@@ -13,11 +14,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 __all__ = ["PREFIX", "PROFILES", "default_profile", "get", "is_ci", "load", "load_default", "register_short_names"]
 
-PROFILES = ("dev", "ci", "thorough")
+PROFILES = ("dev", "ci", "thorough", "mutate")
 PREFIX = "fakeshard-"
 
 #: Hypothesis's own defaults.  Where the environment variable CI is set, Hypothesis makes its
@@ -34,6 +35,12 @@ _SETTINGS: dict[str, dict[str, Any]] = {
                database=None, print_blob=False, suppress_health_check=[HealthCheck.too_slow]),
     "thorough": dict(parent=_BASE, max_examples=2000, stateful_step_count=80, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow]),
+    # ``fakeshard mutate``: every mutant runs the machines under this profile.  No shrinking
+    # (a mutant is judged by whether it fails, not by its smallest counterexample), and
+    # derandomized, so every mutant meets the same interleavings.
+    "mutate": dict(max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+                   database=None, print_blob=False, phases=(Phase.explicit, Phase.generate),
+                   suppress_health_check=list(HealthCheck)),
 }
 for _name, _kwargs in _SETTINGS.items():
     settings.register_profile(PREFIX + _name, **_kwargs)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from hypothesis import Phase
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -192,7 +193,9 @@ def run_machine(
         trace = config.last_failure
         if trace is not None:
             trace.note = note or trace.note
-            reduced = reduce(trace, config.factory, config.factory_name, config.tolerance)
+            # A profile without shrinking (``mutate``) wants the failure, not its smallest form.
+            shrinks = Phase.shrink in (settings or Settings.default).phases
+            reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if shrinks else trace
             config.failures.append(reduced)
             if save_dir is not None:
                 path = reduced.save(Path(save_dir), stem(reduced))
