@@ -104,9 +104,18 @@ class CheckResult:
     missing_probes: list[str] = field(default_factory=list)
     pytest_tail: str = ""
 
+    impossible_probes: list[str] = field(default_factory=list)
+    #: Whether the probe requirement applies (a whole ``ci`` campaign, :func:`full_ci`).
+    probes_required: bool = False
+
     @property
     def failed(self) -> bool:
         return self.returncode != 0 or any(m.get("failed") for m in self.machines)
+
+    @property
+    def probes_ok(self) -> bool:
+        """Every required probe reached and no unreachable one, where the requirement applies."""
+        return not self.probes_required or not (self.missing_probes or self.impossible_probes)
 
     @property
     def coverage_ok(self) -> bool:
@@ -190,13 +199,34 @@ def _coverage_rc(out: Path, evidence_class: str, engine: str = "") -> Path:
     return rc
 
 
+def full_ci(options: CheckOptions) -> bool:
+    """Whether this is a whole ``ci`` campaign of the engine machines: the one the probe
+    requirement (every probe in ``probes.REQUIRED`` reached, none of ``probes.UNREACHABLE``)
+    is made of."""
+    return options.profile == "ci" and set(ENGINE_MACHINES) <= set(options.machines) \
+        and options.examples is None and options.steps is None
+
+
+def missing_probes_of(reached: Any) -> list[str]:
+    """The required probes not in ``reached``."""
+    from fakeshard.testing.probes import missing
+
+    return missing(set(reached))
+
+
+def impossible_probes_of(reached: Any) -> list[str]:
+    """The probes in ``reached`` that the contract makes unreachable (``probes.UNREACHABLE``)."""
+    from fakeshard.testing.probes import UNREACHABLE
+
+    return sorted(set(reached) & set(UNREACHABLE))
+
+
 def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
     cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", str(SUITE)]
+    # Only the machines: the probe requirement is judged here, from every machine's summary
+    # (whichever xdist worker ran it), not by the suite's probe test, which would run again
+    # the machines that ran on the other workers.
     selected = " or ".join(options.machines)
-    full_ci = options.profile == "ci" and set(ENGINE_MACHINES) <= set(options.machines) \
-        and options.examples is None and options.steps is None
-    if full_ci:  # the probe requirement is made of a full ci campaign
-        selected = f"({selected}) or test_ci_campaign_reaches_every_probe"
     cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile=fakeshard-{options.profile}",
             f"--engine={options.engine}", "-k", selected]
     if options.coordinator is not None:
@@ -278,9 +308,9 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
-    from fakeshard.testing.probes import missing
-
-    result.missing_probes = missing(set(result.probes))
+    result.missing_probes = missing_probes_of(result.probes)
+    result.impossible_probes = impossible_probes_of(result.probes)
+    result.probes_required = full_ci(options)
     result.coverage = _coverage_reports(out, rc)
     return result
 

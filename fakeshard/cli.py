@@ -1,4 +1,4 @@
-"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``, ``serve``, ``schema``."""
+"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``, ``mutate``, ``serve``, ``schema``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
                           help="evidence folder (default evidence/DGR-032/<evidence class>)")
     evidence.add_argument("--base", default=None,
                           help="git revision the changed-files list starts from (default: the first commit)")
+    mutate = sub.add_parser("mutate", help="mutation score of the contract logic (mutmut; the checkout's "
+                                           "[tool.mutmut]) written to the evidence folder")
+    mutate.add_argument("--workers", type=int, default=2, help="mutants tested at once (default 2)")
+    mutate.add_argument("--dest", type=Path, default=Path("evidence/DGR-032/mutation"),
+                        help="report folder, which holds reasons.json (default evidence/DGR-032/mutation)")
+    mutate.add_argument("--resume", action="store_true",
+                        help="keep the results of an earlier run (mutants/) and test only what has none")
     serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
     serve.add_argument("topology", type=Path, metavar="TOPOLOGY.json")
     serve.add_argument("--host", default="127.0.0.1", help="address every listener binds (default 127.0.0.1)")
@@ -126,6 +133,14 @@ def _check(args: argparse.Namespace) -> int:
     if result.failed:
         out.write("FAILED: the campaign found a failure (see the traces above); pytest's last lines:\n")
         out.write(result.pytest_tail + "\n")
+        status = 1
+    if not result.probes_ok:
+        if result.missing_probes:
+            out.write(f"FAILED: a whole ci campaign must reach every probe; unreached: "
+                      f"{', '.join(result.missing_probes)}\n")
+        if result.impossible_probes:
+            out.write(f"FAILED: reached crossings the contract makes impossible (the engine or the list "
+                      f"is wrong): {', '.join(result.impossible_probes)}\n")
         status = 1
     if not result.coverage_ok:
         out.write(f"FAILED: branch coverage {result.coverage.get('branch_percent', 0):.1f}% is below "
@@ -271,6 +286,23 @@ def _serve(args: argparse.Namespace) -> int:
         raise _Fail(f"cannot listen: {exc.strerror or exc}") from None
 
 
+def _mutate(args: argparse.Namespace) -> int:
+    from fakeshard.mutate import MutateError, MutateOptions, run_mutate, write_report
+
+    options = MutateOptions(workers=args.workers, dest=args.dest, resume=args.resume)
+    argv = ["mutate", "--workers", str(args.workers)] + (["--dest", str(args.dest)]
+                                                         if args.dest != MutateOptions.dest else [])
+    try:
+        run = run_mutate(options)
+        met = write_report(run, options, argv=argv)
+    except MutateError as exc:
+        raise _Fail(str(exc)) from None
+    if run.returncode != 0:
+        sys.stderr.write(f"fakeshard: mutmut exited with {run.returncode}; its last lines:\n{run.log_tail}\n")
+        return 1
+    return 0 if met else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -286,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fakeshard.evidence import write_evidence
 
             return write_evidence(_check_options(args), dest=args.dest, base=args.base)  # type: ignore[arg-type]
+        if args.command == "mutate":
+            return _mutate(args)
         if args.command == "serve":
             return _serve(args)
         if args.command == "schema":

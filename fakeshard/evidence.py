@@ -86,7 +86,8 @@ def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: 
     (dest / "README.md").write_text(text, encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
     # A suite not run (no checkout) is said so in the text; it does not fail what did run.
-    ok = not result.failed and result.coverage_ok and suite_rc in (0, NOT_RUN) and not result.missing_probes
+    ok = not result.failed and result.coverage_ok and suite_rc in (0, NOT_RUN) and not result.missing_probes \
+        and result.probes_ok
     return 0 if ok else 1
 
 

@@ -137,3 +137,35 @@ def test_evidence_of_a_coordinator_campaign(tmp_path):
               "--dest", str(dest), "--out", str(tmp_path / "out"))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "| coordinator campaign (pytest exit code) | 0 (passed) |" in (dest / "README.md").read_text()
+
+
+def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkeypatch, capsys):
+    from fakeshard import check
+    from fakeshard.testing.probes import REQUIRED, UNREACHABLE
+
+    assert check.full_ci(check.CheckOptions(profile="ci"))
+    for partial in (dict(profile="dev"), dict(profile="ci", examples=5), dict(profile="ci", steps=9),
+                    dict(profile="ci", machines=("sessions", "faults"))):
+        assert not check.full_ci(check.CheckOptions(**partial)), partial
+    every = sorted(REQUIRED)
+    outcomes = {"missing": (every[1:], "unreached: " + every[0]),
+                "impossible": (every + [sorted(UNREACHABLE)[0]], "impossible"), "whole": (every, None)}
+    for name, (reached, message) in outcomes.items():
+        def fake_run(options, reached=reached):
+            result = check.CheckResult(options, "fixture", ["pytest"], 0, 1.0)
+            result.probes.update(reached)
+            result.missing_probes = check.missing_probes_of(result.probes)
+            result.impossible_probes = check.impossible_probes_of(result.probes)
+            result.probes_required = check.full_ci(options)
+            return result
+
+        monkeypatch.setattr(check, "run_check", fake_run)
+        status = main(["check"])
+        out = capsys.readouterr().out
+        assert status == (0 if message is None else 1), (name, out)
+        assert (message is None) == ("FAILED" not in out), (name, out)
+        if message is not None:
+            assert message in out, (name, out)
+        # the same campaign cut short is not held to the probes
+        assert main(["check", "--examples", "3"]) == 0, name
+        capsys.readouterr()
