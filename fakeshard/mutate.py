@@ -1,0 +1,332 @@
+"""``fakeshard mutate``: the mutation score of the modules that carry contract logic.
+
+`mutmut <https://github.com/boxed/mutmut>`_ (the ``mutate`` extra) does the mutating and
+the running; this module drives it in the checkout and writes the report.  What mutmut
+reads is in ``pyproject.toml`` under ``[tool.mutmut]``: the modules it mutates
+(``only_mutate``) and the test command (the contract suite's fast modules, then the
+state machines, under the ``mutate`` Hypothesis profile).  For every mutant mutmut runs
+only the tests that reached the mutated function, stops at the first failure, and in
+``--workers`` forked processes at once.
+
+The report (``README.md`` and ``results.json`` under ``--dest``) gives, per module,
+the mutants killed, timed out, survived and reached by no test, the score, and every
+mutant not killed with its diff and a one-line reason.  Reasons are kept by hand in
+``reasons.json`` beside the report: each entry names mutants by a glob on mutmut's
+name (``fakeshard.engine.xǁSessionEngineǁ__repr__*``) and, optionally, a piece of text
+the diff must contain, since mutmut's numbering moves when the code does.  A mutant
+not killed and with no reason is listed as ``(no reason given)``.
+
+A timed-out mutant counts as killed (the tests noticed it: it ran at least fifteen
+times as long as the clean run); a mutant no test reaches counts as surviving.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+__all__ = ["GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun", "modules",
+           "reason_for", "run_mutate", "score", "write_report"]
+
+#: The issue's goal: at least this share of each module's mutants killed, and overall.
+GOAL_MODULE = 90.0
+GOAL_OVERALL = 95.0
+
+KILLED = ("killed", "timeout", "segfault")
+NOT_KILLED = ("survived", "no tests", "suspicious")
+#: Environment that would change what the test command runs (engine, profile, traces).
+_SCRUBBED = ("FAKESHARD_ENGINE", "FAKESHARD_COORDINATOR", "FAKESHARD_PROFILE", "FAKESHARD_DATABASE",
+             "FAKESHARD_CAMPAIGN_DIR", "FAKESHARD_MAX_EXAMPLES", "FAKESHARD_STEPS", "FAKESHARD_SEED",
+             "PYTEST_ADDOPTS", "MUTANT_UNDER_TEST")
+
+
+class MutateError(Exception):
+    """Bad options or a checkout that cannot be mutated; the message says which."""
+
+
+@dataclass
+class MutateOptions:
+    workers: int = 2
+    dest: Path = Path("evidence/DGR-032/mutation")
+    #: Keep mutmut's results from an earlier run (``mutants/``) and test only what is new.
+    resume: bool = False
+
+
+@dataclass
+class MutationRun:
+    """What one run gave: every mutant's status, with the diffs of those not killed."""
+
+    statuses: dict[str, str]
+    diffs: dict[str, str] = field(default_factory=dict)
+    elapsed: float = 0.0
+    returncode: int = 0
+    log_tail: str = ""
+
+
+def _root() -> Path:
+    from fakeshard.check import work_dir
+
+    return work_dir()
+
+
+def _mutmut_config(root: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise MutateError("fakeshard mutate needs Python 3.11 or later (tomllib)") from None
+    path = root / "pyproject.toml"
+    if not (path.is_file() and (root / "stateful").is_dir() and (root / "tests").is_dir()):
+        raise MutateError(f"fakeshard mutate runs in the fakeshard source checkout (no pyproject.toml, "
+                          f"tests/ and stateful/ under {root})")
+    config = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("mutmut")
+    if not config or not config.get("only_mutate"):
+        raise MutateError(f"{path} has no [tool.mutmut] only_mutate")
+    return config
+
+
+def modules(root: Optional[Path] = None) -> list[str]:
+    """The dotted names of the modules mutmut mutates (``only_mutate``)."""
+    config = _mutmut_config(root or _root())
+    return [p[:-3].replace("/", ".") for p in config["only_mutate"]]
+
+
+def module_of(name: str) -> str:
+    """``fakeshard.engine`` of ``fakeshard.engine.xǁSessionEngineǁdecode__mutmut_3``."""
+    match = re.match(r"^(.*?)\.x[_ǁ]", name)
+    if match is None:
+        raise MutateError(f"not a mutmut mutant name: {name!r}")
+    return match.group(1)
+
+
+def score(counts: Counter) -> float:
+    """Killed (timeouts among them) as a percentage of the mutants tested."""
+    killed = sum(counts[s] for s in KILLED)
+    tested = killed + sum(counts[s] for s in NOT_KILLED)
+    return 100.0 * killed / tested if tested else 0.0
+
+
+def reason_for(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
+    """The first reason whose ``mutants`` glob matches ``name`` and whose ``diff`` (if any) is in the diff."""
+    for entry in reasons:
+        if fnmatch.fnmatchcase(name, entry["mutants"]) and entry.get("diff", "") in diff:
+            return entry["reason"]
+    return ""
+
+
+def _load_reasons(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise MutateError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("mutants"), str) and isinstance(e.get("reason"), str)
+            for e in data):
+        raise MutateError(f"{path}: expected a list of {{\"mutants\": glob, \"reason\": text, \"diff\"?: text}}")
+    return data
+
+
+def _env(traces: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env["FAKESHARD_TRACES_DIR"] = str(traces)  # a mutant's failures are not regressions to keep
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+_STATUS_LINE = re.compile(r"^\s+(\S+): (.+)$")
+
+
+def _results(root: Path, env: dict[str, str]) -> dict[str, str]:
+    proc = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=root, env=env,
+                          capture_output=True, text=True, encoding="utf-8")
+    if proc.returncode != 0:
+        raise MutateError(f"mutmut results failed: {proc.stderr.strip()[-2000:]}")
+    return {m.group(1): m.group(2).strip() for m in map(_STATUS_LINE.match, proc.stdout.splitlines()) if m}
+
+
+def _diff(root: Path, env: dict[str, str], name: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=root, env=env,
+                          capture_output=True, text=True, encoding="utf-8")
+    lines = proc.stdout.splitlines()
+    return "\n".join(line for line in lines if not line.startswith("# ")) if proc.returncode == 0 \
+        else f"(mutmut show failed: {proc.stderr.strip()[-300:]})"
+
+
+def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> MutationRun:
+    """Run mutmut over the configured modules in the checkout; every mutant's status."""
+    if options.workers < 1:
+        raise MutateError(f"--workers must be >= 1, got {options.workers}")
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        raise MutateError("fakeshard mutate needs mutmut: python3 -m pip install -e '.[mutate]'") from None
+    root = _root()
+    _mutmut_config(root)
+    if not options.resume:
+        shutil.rmtree(root / "mutants", ignore_errors=True)
+    traces = Path(tempfile.mkdtemp(prefix="fakeshard-mutate-traces-"))
+    env = _env(traces)
+    log = root / "mutants.log"
+    started = time.monotonic()
+    last = ""
+    with open(log, "w", encoding="utf-8") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(options.workers)],
+                                cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        next_line = 0.0
+        while proc.poll() is None:
+            time.sleep(1)
+            if time.monotonic() - started >= next_line:
+                next_line += 30
+                line = _last_status(log)
+                if line and line != last:
+                    stream.write(f"[{time.monotonic() - started:5.0f}s] {line}\n")
+                    stream.flush()
+                    last = line
+    run = MutationRun(statuses=_results(root, env), elapsed=time.monotonic() - started,
+                      returncode=proc.returncode)
+    run.log_tail = "\n".join(_log_lines(log)[-12:])
+    for name, status in run.statuses.items():
+        if status in NOT_KILLED:
+            run.diffs[name] = _diff(root, env, name)
+    shutil.rmtree(traces, ignore_errors=True)
+    return run
+
+
+def _log_lines(log: Path) -> list[str]:
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return [line.strip() for line in re.split(r"[\r\n]+", text) if line.strip()]
+
+
+def _last_status(log: Path) -> str:
+    lines = [line for line in _log_lines(log) if re.search(r"\d+/\d+", line)]
+    return lines[-1].lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ") if lines else ""
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -> bool:
+    """Write ``README.md`` and ``results.json`` under ``options.dest``; whether the goal was met."""
+    root = _root()
+    dest = options.dest if options.dest.is_absolute() else root / options.dest
+    dest.mkdir(parents=True, exist_ok=True)
+    reasons = _load_reasons(dest / "reasons.json")
+    names = modules(root)
+    by_module: dict[str, Counter] = {m: Counter() for m in names}
+    for name, status in run.statuses.items():
+        by_module.setdefault(module_of(name), Counter())[status] += 1
+    overall = sum(by_module.values(), Counter())
+    met = run.returncode == 0 and score(overall) >= GOAL_OVERALL and all(
+        score(c) >= GOAL_MODULE for c in by_module.values())
+    commit = _git(root, "rev-parse", "HEAD") or "unknown"
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", "fakeshard", "tests",
+                      "stateful", "pyproject.toml"))
+    survivors = sorted(run.diffs)
+    explained = {n: reason_for(n, run.diffs[n], reasons) for n in survivors}
+
+    def row(label: str, c: Counter) -> str:
+        cells = [str(sum(c.values())), str(c["killed"] + c["segfault"]), str(c["timeout"]), str(c["survived"]),
+                 str(c["no tests"]), str(c["suspicious"]), str(sum(c[s] for s in c if s not in KILLED + NOT_KILLED)),
+                 f"{score(c):.1f}%"]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    lines = [
+        "# Mutation score of the contract logic (mutmut)",
+        "",
+        f"Written by `python3 -m fakeshard {' '.join(argv)}` on commit `{commit}`"
+        + (" (with uncommitted changes to the code or tests)" if dirty else "") + ".",
+        "This is fixture evidence about the test suite: how many deliberate small changes to",
+        "`FakeShardEngine`'s contract logic the contract suite and the state machines notice. It says",
+        "nothing of a real model engine, and a mutant killed by one test is not a bug that test would",
+        "catch in another engine.",
+        "",
+        "## Result",
+        "",
+        f"Goal: at least {GOAL_MODULE:.0f}% of each module's mutants killed and {GOAL_OVERALL:.0f}% overall, "
+        f"the run under 60 minutes on 2 cores. **{'Met' if met else 'Not met'}**: {score(overall):.1f}% overall, "
+        f"{run.elapsed / 60:.1f} minutes with {options.workers} workers"
+        + ("" if run.returncode == 0 else f"; mutmut exited with {run.returncode}") + ".",
+        "",
+        "| module | mutants | killed | timed out | survived | no tests | suspicious | not run | score |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *[row(f"`{m}`", by_module[m]) for m in sorted(by_module)],
+        row("**all**", overall),
+        "",
+        "Killed: a test failed. Timed out: counted as killed (the run took 15 times its clean time).",
+        "No tests: no test of the test command reached the mutated function; counted as surviving.",
+        "",
+        "## Command and environment",
+        "",
+        "```sh",
+        "python3 -m pip install -e '.[test,mutate]'",
+        f"python3 -m fakeshard {' '.join(argv)}",
+        "```",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| commit | `{commit}` |",
+        f"| python | {platform.python_version()} |",
+        f"| platform | {platform.platform()} |",
+        f"| CPUs | {os.cpu_count()} |",
+        f"| mutmut | {_version('mutmut')} |",
+        f"| hypothesis | {_version('hypothesis')} |",
+        f"| pytest | {_version('pytest')} |",
+        f"| workers | {options.workers} |",
+        f"| elapsed | {run.elapsed:.0f} s |",
+        "",
+        "The test command and the mutated modules are `[tool.mutmut]` in `pyproject.toml`; the",
+        "profile is `fakeshard-mutate` (`fakeshard/testing/profiles.py`).",
+        "",
+        f"## Mutants not killed ({len(survivors)})",
+        "",
+        "Each with the reason kept in `reasons.json` (equivalent mutant, or the gap it shows).",
+        "",
+    ]
+    for name in survivors:
+        lines += [f"### `{name}` ({run.statuses[name]})", "", explained[name] or "(no reason given)", "",
+                  "```diff", run.diffs[name].strip(), "```", ""]
+    lines += [
+        "## What this does not show",
+        "",
+        "* Only the modules listed above are mutated; the transports, the real-model engine and the",
+        "  kit are not.",
+        "* mutmut does not mutate decorated functions other than static and class methods, nor code",
+        "  outside functions (module constants, class bodies).",
+        "* The state machines run under the short `mutate` profile here (other draws than `ci`'s): a",
+        "  mutant that survives it may be killed by a `ci` campaign, and one killed here may survive one.",
+        "",
+    ]
+    (dest / "README.md").write_text("\n".join(lines), encoding="utf-8")
+    (dest / "results.json").write_text(json.dumps({
+        "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": options.workers,
+        "mutmut": _version("mutmut"), "returncode": run.returncode, "goal_met": met,
+        "modules": {m: dict(sorted(c.items())) for m, c in sorted(by_module.items())},
+        "score": {m: round(score(c), 2) for m, c in sorted(by_module.items())} | {"all": round(score(overall), 2)},
+        "not_killed": {n: {"status": run.statuses[n], "reason": explained[n]} for n in survivors},
+    }, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    sys.stdout.write(f"wrote {dest / 'README.md'}\n")
+    return met
