@@ -180,3 +180,74 @@ def test_unchecked_reading_keeps_a_broken_bundle_for_its_receiver():
     assert wire.loads_unchecked(wire.dumps(token)) == token
     with pytest.raises(MalformedBundle):
         wire.loads_unchecked('{"kind": "fault_plan", "contract": "1"}')
+
+
+# loads_unchecked: what a transport reads. Structure is checked and named; values are not.
+_TOKEN = {"kind": "token_bundle", "contract": "1", "session_id": "s", "epoch": 0, "start_pos": 0,
+          "tokens": [1, 2]}
+_ERROR = {"kind": "error", "contract": "1", "code": "stale_epoch", "message": "old", "session_id": "s", "epoch": 1}
+UNCHECKED_BAD = [
+    ("not text", 42, False, "expected str or bytes, got int"),
+    ("error of another contract", json.dumps({**_ERROR, "contract": "0"}), False,
+     "contract version '0' is not '1'"),
+    ("error without contract", json.dumps({k: v for k, v in _ERROR.items() if k != "contract"}), False,
+     "contract version None is not '1'"),
+    ("error frame with payload", b"FSB1" + struct.pack("<I", len(json.dumps(_ERROR))) + json.dumps(_ERROR).encode()
+     + b"\x00\x00\x80\x3f", True, "an error frame carries no payload"),
+    ("unknown kind", json.dumps({**_TOKEN, "kind": "tensor"}), False,
+     "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got 'tensor'"),
+    ("kind not text", json.dumps({**_TOKEN, "kind": 3}), False,
+     "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got 3"),
+    ("missing field", json.dumps({k: v for k, v in _TOKEN.items() if k != "epoch"}), False,
+     "token_bundle must have exactly the fields ['contract', 'epoch', 'session_id', 'start_pos', 'tokens'], "
+     "got ['contract', 'session_id', 'start_pos', 'tokens']"),
+    ("payload on a token frame", b"FSB1" + struct.pack("<I", len(json.dumps(_TOKEN))) + json.dumps(_TOKEN).encode()
+     + b"\x01\x02\x03\x04", True, "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
+]
+
+
+@pytest.mark.parametrize("name,data,frame,message", UNCHECKED_BAD, ids=[c[0] for c in UNCHECKED_BAD])
+def test_unchecked_reading_names_what_is_structurally_wrong(name, data, frame, message):
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads_unchecked(data, frame=frame)
+    assert str(info.value) == f"wire: {message}"
+
+
+def test_unchecked_reading_takes_bytes_and_text_up_to_the_limit():
+    text = json.dumps(_TOKEN)
+    token = TokenBundle("s", 0, 0, (1, 2))
+    assert wire.loads_unchecked(text.encode("utf-8")) == token
+    assert wire.loads_unchecked(bytearray(text.encode("utf-8"))) == token
+    assert wire.loads_unchecked(text, max_bytes=len(text)) == token  # the limit itself is allowed
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads_unchecked(text, max_bytes=len(text) - 1)
+    assert str(info.value) == f"wire: text is {len(text)} characters, over the limit of {len(text) - 1}"
+    named = json.dumps({**_TOKEN, "session_id": "模型"}).encode("utf-8")  # UTF-8, whatever the locale
+    assert wire.loads_unchecked(named).session_id == "模型"
+
+
+def test_unchecked_reading_returns_an_error_as_the_error_and_keeps_nan():
+    error = wire.loads_unchecked(json.dumps(_ERROR))
+    assert type(error).__name__ == "StaleEpoch" and (error.session_id, error.epoch, str(error)) == ("s", 1, "old")
+    broken = HiddenBundle.sealed("s", 0, 0, 1, [[float("nan"), 0.0]])
+    back = wire.loads_unchecked(wire.dumps(broken))  # JSON's non-standard NaN travels
+    assert back.checksum == broken.checksum and np.isnan(np.asarray(back.hidden, dtype=np.float64)[0, 0])
+    with pytest.raises(MalformedBundle):
+        validate(back)
+    out = _head_output(width=8, n=2)
+    assert wire.loads_unchecked(wire.dumps(out, hidden="base64")) == out  # base64 values without a frame
+
+
+FAULT_BAD = [
+    ("not an object", [1], "fault must be an object, got an array"),
+    ("type not text", {"type": 7}, "fault.type must be one of ['crash', 'delay', 'drop_response', 'malformed', "
+                                   "'memory_pressure'], got 7"),
+    ("bad field", {"type": "delay", "seconds": "soon"}, "fault.seconds must be a number, got a string"),
+]
+
+
+@pytest.mark.parametrize("name,data,message", FAULT_BAD, ids=[c[0] for c in FAULT_BAD])
+def test_a_bad_fault_record_names_its_path_and_what_it_got(name, data, message):
+    with pytest.raises(MalformedBundle) as info:
+        wire.fault_from_dict(data)
+    assert str(info.value) == f"wire: {message}"
