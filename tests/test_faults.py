@@ -158,8 +158,9 @@ def test_malformed_output_is_applied_and_broken_in_the_named_way(engine_factory,
             validate(out, full)  # the bundle alone shows it
 
 
-@pytest.mark.fixture_choice("how Malformed breaks an output exactly: the fields change by one, one column "
-                            "goes, a NaN lands at [0][0], and the checksum is resealed over the break")
+@pytest.mark.fixture_choice("how Malformed breaks an output exactly: the fields change by one, a session id "
+                            "gains a '~', one column goes, a NaN lands at [0][0], the checksum is resealed over "
+                            "the break, and a checksum break changes its first hex digit only")
 @pytest.mark.parametrize("kind", MALFORMED_KINDS)
 @pytest.mark.parametrize("role", ROLES)
 def test_malformed_output_is_broken_the_fixture_way(engine_factory, role, kind):
@@ -168,18 +169,20 @@ def test_malformed_output_is_broken_the_fixture_way(engine_factory, role, kind):
         return
     if isinstance(out, HiddenBundle):
         changed = {
-            "checksum": out.checksum != good.checksum and out.rows() == good.rows(),
+            "checksum": out.rows() == good.rows() and len(out.checksum) == len(good.checksum) == 16
+            and out.checksum[0] != good.checksum[0] and out.checksum[1:] == good.checksum[1:]
+            and set(out.checksum) <= set("0123456789abcdef"),
             "shape": len(out.rows()[0]) == len(good.rows()[0]) - 1,
             "layer": out.layer == good.layer + 1,
             "nan": out.rows()[0][0] != out.rows()[0][0],
-            "session": out.session_id != good.session_id,
+            "session": out.session_id == good.session_id + "~",
             "epoch": out.epoch == good.epoch + 1,
             "position": out.start_pos == good.start_pos + 1,
         }
     else:
         changed = {
             "token_range": out.token == rig.spec.vocab_size,
-            "session": out.session_id != good.session_id,
+            "session": out.session_id == good.session_id + "~",
             "epoch": out.epoch == good.epoch + 1,
             "position": out.pos == good.pos + 1,
         }
@@ -520,3 +523,38 @@ def test_probability_rules_fire_as_the_documented_generator_says(engine_factory,
         rig.decode("s", 0, pos)
         u1, u2 = draws[2 * (pos - 1)], draws[2 * (pos - 1) + 1]
         assert rig.clock.now() - before == (1.0 if u1 < 0.5 else 0.0) + (2.0 if u2 < 0.3 else 0.0)
+
+
+# -- Swapping a plan on a running engine (the fixture's, for a served node's control port) ----
+
+
+def test_replace_faults_runs_the_new_plan_from_now_on_and_keeps_the_sessions():
+    from fakeshard import FakeShardEngine
+
+    rig = Rig(FakeShardEngine, "full", capacity_tokens=64, faults=plan(FaultRule(Crash(), op="release")))
+    rig.prefill("s", 0, 0, 4)
+    rig.engine.replace_faults(plan(FaultRule(MemoryPressure(), op="decode")))
+    assert rig.engine.fault_log == ()  # a fresh log
+    with pytest.raises(OutOfMemory):
+        rig.decode("s", 0, 4)
+    rig.engine.replace_faults(None)
+    assert rig.engine.session("s").cached_tokens == 4 and rig.engine.used_tokens == 4
+    rig.decode("s", 0, 4)
+    rig.engine.release("s", 0)  # the first plan's crash is gone with it
+    for junk in ([FaultRule(Crash())], "plan"):
+        with pytest.raises(TypeError) as info:
+            rig.engine.replace_faults(junk)
+        assert str(info.value) == f"faults must be a FaultPlan or None, got {type(junk).__name__}"
+    assert rig.engine.fault_log == ()  # the refused plans did not replace the running one
+
+
+def test_the_fixtures_repr_names_its_spec_state_and_accounting():
+    from fakeshard import FakeShardEngine
+
+    rig = Rig(FakeShardEngine, "head", capacity_tokens=50)
+    rig.prefill("s", 0, 0, 3)
+    s = rig.spec
+    assert repr(rig.engine) == (f"FakeShardEngine({s.model_id!r} layers {s.start_layer}..{s.end_layer} of "
+                                f"{s.n_layers}, head, 1 sessions, used 3/50)")
+    rig.engine.crash()
+    assert repr(rig.engine).endswith(", head, crashed, used 0/50)")

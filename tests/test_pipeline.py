@@ -118,3 +118,16 @@ def test_evidence_class_is_the_weakest_stage(engine_factory):
     pipe = build(engine_factory)
     assert pipe.evidence_class == pipe.stages[0].evidence_class
     assert "0..2, 2..4, 4..6" in repr(pipe)
+
+
+def test_a_call_on_every_stage_forgets_the_stage_an_earlier_one_failed_on():
+    from fakeshard import FakeShardEngine
+
+    pipe = build(FakeShardEngine, plans={1: FaultPlan((FaultRule(Crash(), op="cancel"),))})
+    pipe.prefill("s", 0, 0, [1, 2])
+    with pytest.raises(EngineCrashed):
+        pipe.cancel("s", 0)
+    assert pipe.last_failed_stage == 1
+    pipe.stages[1].restart()
+    pipe.release("s", 0)
+    assert pipe.last_failed_stage is None

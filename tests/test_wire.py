@@ -166,6 +166,24 @@ def test_bad_text_is_malformed(name, text, match):
     assert match in str(info.value), str(info.value)
 
 
+# Each JSON type by the name an error message gives it (the contract's "names what was wrong").
+JSON_TYPE_NAMES = [(None, "null"), (True, "a boolean"), ("1", "a string"), (1.5, "a number"), ([1], "an array"),
+                   ({}, "an object")]
+
+
+@pytest.mark.parametrize("value,name", JSON_TYPE_NAMES, ids=[n for _, n in JSON_TYPE_NAMES])
+def test_a_wrong_type_is_named_by_its_json_type(value, name):
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads(_with(GOOD, epoch=value))
+    assert str(info.value) == f"wire: token_bundle.epoch must be an integer, got {name}"
+
+
+def test_an_integer_where_text_belongs_is_named_an_integer():
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads(_with(GOOD, session_id=3))
+    assert str(info.value) == "wire: token_bundle.session_id must be a string, got an integer"
+
+
 def test_oversized_text_is_refused_before_parsing():
     text = wire.dumps(TokenBundle("s", 0, 0, tuple(range(100))))
     with pytest.raises(MalformedBundle, match="over the limit"):

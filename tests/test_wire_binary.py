@@ -251,3 +251,42 @@ def test_a_bad_fault_record_names_its_path_and_what_it_got(name, data, message):
     with pytest.raises(MalformedBundle) as info:
         wire.fault_from_dict(data)
     assert str(info.value) == f"wire: {message}"
+
+
+def test_binary_forms_refuse_what_has_none_by_name():
+    bundle = HiddenBundle.sealed("s", 0, 0, 1, [[0.5, 0.25]])
+    for dtype in ("float64", 3):
+        with pytest.raises(ValueError) as info:
+            wire.dumpb(bundle, dtype=dtype)
+        assert str(info.value) == f"dtype must be one of ['float16', 'float32'], got {dtype!r}"
+    with pytest.raises(TypeError) as info:
+        wire.dumpb(HiddenBundle("s", 0, 0, 1, (("a", "b"),), "0" * 16))
+    assert str(info.value) == "wire: these hidden values have no binary form (could not convert string to float: 'a')"
+    with pytest.raises(TypeError) as info:
+        wire.dumps(HiddenBundle("s", 0, 0, 1, (1.0, 2.0), "0" * 16), hidden="base64")
+    assert str(info.value) == "wire: hidden of shape (2,) has no binary form (rows x columns)"
+
+
+def test_float16_overflow_travels_as_infinity_without_a_warning():
+    # pytest turns warnings into errors here: the cast must not warn on values float16 cannot hold.
+    bundle = HiddenBundle.sealed("s", 0, 0, 1, [[1e6, 0.5]])
+    back = wire.loads_unchecked(wire.dumpb(bundle, dtype="float16"), frame=True)
+    assert np.isinf(back.array()[0, 0]) and back.array()[0, 1] == 0.5
+    with pytest.raises(MalformedBundle):
+        validate(back)
+
+
+def test_float16_keeps_the_checksum_of_a_bundle_it_cannot_check():
+    # A session id that is not text: the checksum cannot be computed, so it is sent as it was.
+    broken = HiddenBundle(7, 0, 0, 1, ((0.5, 0.25),), "0" * 16)
+    back = wire.loads_unchecked(wire.dumpb(broken, dtype="float16"), frame=True)
+    assert back.checksum == "0" * 16 and back.session_id == 7
+
+
+def test_bundles_with_nan_in_the_same_places_are_equal():
+    # A Malformed("nan") output must equal its replay, in a list or a float32 array alike.
+    rows = [[float("nan"), 0.5]]
+    a = HiddenBundle.sealed("s", 0, 0, 1, rows)
+    b = HiddenBundle.sealed("s", 0, 0, 1, np.array(rows, dtype=np.float32))
+    assert a == b and b == a and a == HiddenBundle.sealed("s", 0, 0, 1, rows)
+    assert a != HiddenBundle.sealed("s", 0, 0, 1, [[0.5, float("nan")]])
