@@ -290,3 +290,46 @@ def test_bundles_with_nan_in_the_same_places_are_equal():
     b = HiddenBundle.sealed("s", 0, 0, 1, np.array(rows, dtype=np.float32))
     assert a == b and b == a and a == HiddenBundle.sealed("s", 0, 0, 1, rows)
     assert a != HiddenBundle.sealed("s", 0, 0, 1, [[0.5, float("nan")]])
+
+
+def _raw_frame(header: bytes, payload: bytes = b"", size=None) -> bytes:
+    return b"FSB1" + struct.pack("<I", len(header) if size is None else size) + header + payload
+
+
+FRAME_BAD = [
+    ("not bytes", "FSB1", "wire.loadb takes bytes, got str"),
+    ("bad magic", b"XXXX\x00\x00\x00\x00{}", r"a frame starts with b'FSB1' and a 4-byte header length, "
+                                              r"got b'XXXX\x00\x00\x00\x00'"),
+    ("short", b"FSB1\x00\x00\x00", r"a frame starts with b'FSB1' and a 4-byte header length, got b'FSB1\x00\x00\x00'"),
+    ("header past the end", _raw_frame(b"{}", size=3), "frame header of 3 bytes does not fit a frame of 10 bytes "
+                                                    "(limit 1048576)"),
+    ("header length past 2**31", _raw_frame(b"{}", size=0xFFFFFFFF),
+     "frame header of 4294967295 bytes does not fit a frame of 10 bytes (limit 1048576)"),
+]
+
+
+@pytest.mark.parametrize("name,data,message", FRAME_BAD, ids=[c[0] for c in FRAME_BAD])
+def test_a_bad_frame_is_named(name, data, message):
+    with pytest.raises(MalformedBundle) as info:
+        wire.loadb(data)
+    assert str(info.value) == f"wire: {message}"
+
+
+def test_frame_edges():
+    with pytest.raises(MalformedBundle) as info:  # the shortest frame: its (empty) header is read
+        wire.loadb(_raw_frame(b""))
+    assert str(info.value).startswith("wire: not JSON: ")
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads_unchecked(42, frame=True)
+    assert str(info.value) == "wire: a frame is bytes, got int"
+    with pytest.raises(MalformedBundle) as info:
+        wire.loadb(_raw_frame(b'{"kind": "\xff"}'))
+    assert str(info.value).startswith("wire: frame header is not UTF-8: ")
+    token = TokenBundle("s", 0, 0, (1,))
+    head = wire.dumpb(token)[8:]
+    limit = 1024 * 1024
+    assert wire.loadb(_raw_frame(head + b" " * (limit - len(head)))) == token  # a header of the limit itself
+    with pytest.raises(MalformedBundle) as info:  # one byte over, however long the frame
+        wire.loadb(_raw_frame(head + b" " * (limit + 1 - len(head)), payload=b"\x00" * 64))
+    assert str(info.value) == f"wire: frame header of {limit + 1} bytes does not fit a frame of {limit + 73} bytes " \
+                              f"(limit {limit})"
