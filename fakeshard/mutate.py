@@ -13,7 +13,7 @@ the mutants killed, timed out, survived and reached by no test, the score, and e
 mutant not killed with its diff and a one-line reason.  Reasons are kept by hand in
 ``reasons.json`` beside the report: each entry names mutants by a glob on mutmut's
 name (``fakeshard.engine.xǁSessionEngineǁ__repr__*``) and, optionally, a piece of text
-the diff must contain, since mutmut's numbering moves when the code does.  A mutant
+the mutated lines must contain, since mutmut's numbering moves when the code does.  A mutant
 not killed and with no reason is listed as ``(no reason given)``.
 
 A timed-out mutant counts as killed (the tests noticed it: it ran at least fifteen
@@ -117,10 +117,17 @@ def score(counts: Counter) -> float:
     return 100.0 * killed / tested if tested else 0.0
 
 
+def mutated_lines(diff: str) -> str:
+    """The lines a mutant's unified diff adds (the mutated code), without their ``+``."""
+    return "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+
+
 def reason_for(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
-    """The first reason whose ``mutants`` glob matches ``name`` and whose ``diff`` (if any) is in the diff."""
+    """The first reason whose ``mutants`` glob matches ``name`` and whose ``diff`` text (if any)
+    is in the mutated lines (not in the diff's context, which other mutants share)."""
+    added = mutated_lines(diff)
     for entry in reasons:
-        if fnmatch.fnmatchcase(name, entry["mutants"]) and entry.get("diff", "") in diff:
+        if fnmatch.fnmatchcase(name, entry["mutants"]) and entry.get("diff", "") in added:
             return entry["reason"]
     return ""
 

@@ -36,11 +36,14 @@ def test_timeouts_count_as_killed_and_untested_mutants_as_surviving():
 
 def test_a_reason_matches_by_name_and_by_a_piece_of_the_diff():
     reasons = [{"mutants": ENGINE + "__repr__*", "reason": "repr is no contract"},
-               {"mutants": ENGINE + "decode*", "diff": "+        x = 2", "reason": "equivalent: x unused"},
+               {"mutants": ENGINE + "decode*", "diff": "x = 2", "reason": "equivalent: x unused"},
                {"mutants": "fakeshard.engine.*", "reason": "catch-all"}]
     assert reason_for(ENGINE + "__repr____mutmut_4", "", reasons) == "repr is no contract"
     assert reason_for(ENGINE + "decode__mutmut_1", "-        x = 1\n+        x = 2", reasons) == "equivalent: x unused"
     assert reason_for(ENGINE + "decode__mutmut_2", "+        y = 3", reasons) == "catch-all"
+    # the text must be in what the mutant changed, not in the context it shares with its neighbours
+    context = "--- fakeshard/engine.py\n+++ fakeshard/engine.py\n         x = 2\n-        y = 3\n+        y = 4"
+    assert reason_for(ENGINE + "decode__mutmut_3", context, reasons) == "catch-all"
     assert reason_for("fakeshard.wire.x_loads__mutmut_1", "", reasons) == ""
 
 

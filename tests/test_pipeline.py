@@ -131,3 +131,47 @@ def test_a_call_on_every_stage_forgets_the_stage_an_earlier_one_failed_on():
     pipe.stages[1].restart()
     pipe.release("s", 0)
     assert pipe.last_failed_stage is None
+
+
+def test_answer_problem_names_everything_wrong_with_an_answer():
+    from fakeshard import HiddenBundle, SampleBundle, TokenBundle
+    from fakeshard.pipeline import answer_problem
+
+    head, tail, width = SPEC.with_layers(0, 2), SPEC.with_layers(4, 6), SPEC.hidden_size
+    request = TokenBundle("s", 1, 3, (5, 6))
+
+    def hidden(sid="s", epoch=1, start=3, layer=2, rows=2):
+        return HiddenBundle.sealed(sid, epoch, start, layer, [[0.0] * width] * rows)
+
+    assert answer_problem(head, request, 2, hidden(), last=False, model=SPEC) is None
+    assert answer_problem(head, request, 2, SampleBundle("s", 1, 5, 0), last=False) == \
+        "SampleBundle, expected HiddenBundle"
+    assert answer_problem(head, request, 2, hidden("t", 2, 4, rows=1), last=False, model=SPEC) == \
+        "session 't' for 's', epoch 2 for 1, start_pos 4 for 3, 1 positions for 2"
+    assert answer_problem(head, request, 2, hidden(layer=5), last=False, model=SPEC) == "layer 5, expected 2"
+    assert answer_problem(tail, request, 2, SampleBundle("s", 1, 5, 0), last=True, model=SPEC) is None
+    assert answer_problem(tail, request, 2, SampleBundle("s", 1, 6, 0), last=True, model=SPEC) == "pos 6, expected 5"
+    assert answer_problem(tail, request, 2, SampleBundle("s", 1, 5, 10**6), last=True, model=SPEC) == \
+        "a bad bundle: SampleBundle: token = 1000000 is outside 0..255 (vocab_size 256)"
+
+
+def test_a_pipeline_names_the_stage_and_the_call_a_bad_answer_came_from():
+    from fakeshard import FakeShardEngine
+
+    pipe = build(FakeShardEngine, plans={1: FaultPlan((FaultRule(Malformed("layer"), op="decode"),))})
+    pipe.prefill("s", 0, 0, [1, 2])
+    assert pipe.last_failed_stage is None
+    with pytest.raises(MalformedBundle) as info:
+        pipe.decode("s", 0, 2, 3)
+    assert str(info.value) == "stage 1 (layers 2..4) answered decode with layer 5, expected 4"
+    assert pipe.last_failed_stage == 1
+    pipe.prefill("t", 0, 0, [1])  # a good call forgets the failed stage
+    assert pipe.last_failed_stage is None
+
+
+def test_generate_runs_at_epoch_zero_by_default():
+    from fakeshard import FakeShardEngine
+
+    pipe = build(FakeShardEngine)
+    pipe.generate("s", [1, 2, 3], 2)
+    assert {stage.session("s").epoch for stage in pipe.stages} == {0}

@@ -333,3 +333,20 @@ def test_frame_edges():
         wire.loadb(_raw_frame(head + b" " * (limit + 1 - len(head)), payload=b"\x00" * 64))
     assert str(info.value) == f"wire: frame header of {limit + 1} bytes does not fit a frame of {limit + 73} bytes " \
                               f"(limit {limit})"
+
+
+HIDDEN_ROWS_BAD = [
+    ("no rows", (), "hidden must be a non-empty sequence of rows"),
+    ("a row that is not a row", ((0.5,), 0.5), "hidden[1] must be a row of floats, got float"),
+    ("empty rows", ((),), "hidden rows must not be empty"),
+    ("a string", ((0.5, "x"),), "hidden[0][1] must be a float, got str"),
+    ("a huge int", ((0.5, 2**2000),), "hidden[0][1] is an int of 2001 bits, too large for a float64"),
+]
+
+
+@pytest.mark.parametrize("name,rows,message", HIDDEN_ROWS_BAD, ids=[c[0] for c in HIDDEN_ROWS_BAD])
+def test_bad_hidden_rows_are_named_and_the_error_carries_the_bundles_identity(name, rows, message):
+    with pytest.raises(MalformedBundle) as info:
+        validate(HiddenBundle("s", 3, 0, 1, rows, "0" * 16))
+    assert str(info.value) == f"HiddenBundle: {message}"
+    assert (info.value.session_id, info.value.epoch) == ("s", 3)
