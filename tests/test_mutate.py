@@ -92,3 +92,20 @@ def test_reasons_that_are_not_a_list_of_entries_are_refused(tmp_path):
 def test_bad_workers_is_a_one_line_error(capsys):
     assert main(["mutate", "--workers", "0"]) == 2
     assert capsys.readouterr().err == "fakeshard: error: --workers must be >= 1, got 0\n"
+
+
+def test_the_mutate_profile_stops_at_the_first_failure_and_keeps_it_as_found():
+    from hypothesis import Phase, settings
+
+    from fakeshard.testing import profiles
+
+    mutate = profiles.get("mutate")
+    assert mutate.derandomize and mutate.database is None and Phase.shrink not in mutate.phases
+    before = settings.get_current_profile_name()
+    try:
+        profiles.load("mutate")
+        assert not profiles.reduces_failures()
+        profiles.load("ci")
+        assert profiles.reduces_failures()
+    finally:
+        settings.load_profile(before)

@@ -313,7 +313,8 @@ class ParallelConfig:
 
 
 def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: Any = None,
-                 seed: Optional[int] = None, sizes: Optional[ParallelConfig] = None) -> int:
+                 seed: Optional[int] = None, sizes: Optional[ParallelConfig] = None,
+                 reduce_failure: bool = True) -> int:
     """Run the parallel campaign on ``config.factory``; the number of programs run.
 
     On a history that is not linearizable: reduce the program, save the
@@ -356,7 +357,7 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
     if not found:
         return ran[0]
     program, history, verdict = found[0]
-    if Phase.shrink in settings.phases:  # a profile without shrinking (``mutate``) wants the failure as found
+    if reduce_failure:  # ``False`` (the ``mutate`` profile's runs) wants the failure as found
         program, history, verdict = shrink(config.factory, spec, program, (history, verdict), sizes.repeats, tokens)
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"

@@ -16,7 +16,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
-__all__ = ["PREFIX", "PROFILES", "default_profile", "get", "is_ci", "load", "load_default", "register_short_names"]
+__all__ = ["PREFIX", "PROFILES", "default_profile", "get", "is_ci", "load", "load_default", "reduces_failures",
+           "register_short_names"]
 
 PROFILES = ("dev", "ci", "thorough", "mutate")
 PREFIX = "fakeshard-"
@@ -55,6 +56,12 @@ def register_short_names() -> None:
 def is_ci() -> bool:
     """Whether the loaded profile is the kit's ``ci`` profile (by either name)."""
     return settings.get_current_profile_name() in ("ci", PREFIX + "ci")
+
+
+def reduces_failures() -> bool:
+    """Whether the loaded profile wants failing traces reduced (every profile but ``mutate``,
+    whose runs are judged by whether they fail, not by their smallest counterexample)."""
+    return settings.get_current_profile_name() not in ("mutate", PREFIX + "mutate")
 
 
 def default_profile() -> str:

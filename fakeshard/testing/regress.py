@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from hypothesis import Phase
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -176,10 +175,12 @@ def run_machine(
     save_dir: Optional[Path] = REGRESSIONS,
     note: str = "",
     seed: Optional[int] = None,
+    reduce_failure: bool = True,
 ) -> None:
     """Run ``machine(config)`` under Hypothesis; on failure save the reduced trace and re-raise.
 
-    ``seed`` fixes Hypothesis's generator (ignored by a derandomized profile).
+    ``seed`` fixes Hypothesis's generator (ignored by a derandomized profile);
+    ``reduce_failure=False`` saves the failing trace as it was found.
     """
     def factory() -> Any:
         return machine(config)
@@ -193,9 +194,9 @@ def run_machine(
         trace = config.last_failure
         if trace is not None:
             trace.note = note or trace.note
-            # A profile without shrinking (``mutate``) wants the failure, not its smallest form.
-            shrinks = Phase.shrink in (settings or Settings.default).phases
-            reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if shrinks else trace
+            # ``reduce_failure=False`` (the ``mutate`` profile's runs) wants the failure, not its smallest form.
+            reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if reduce_failure \
+                else trace
             config.failures.append(reduced)
             if save_dir is not None:
                 path = reduced.save(Path(save_dir), stem(reduced))

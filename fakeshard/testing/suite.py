@@ -37,7 +37,8 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
     before = probes.reached.copy()
     failed = True
     try:
-        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir())
+        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir(),
+                    reduce_failure=profiles.reduces_failures())
         failed = False
     finally:
         reached = probes.reached - before
@@ -61,7 +62,8 @@ def test_machine_parallel(engine_factory, engine_factory_name, request):
     before = probes.reached.copy()
     failed = True
     try:
-        programs = run_parallel(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed())
+        programs = run_parallel(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
+                                reduce_failure=profiles.reduces_failures())
         failed = False
     finally:
         if reporter is not None:
@@ -82,7 +84,7 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     failed = True
     try:
         run_machine(CoordinatorMachine, config, settings=machine_settings(), seed=worker_seed(),
-                    save_dir=traces_dir())
+                    save_dir=traces_dir(), reduce_failure=profiles.reduces_failures())
         failed = False
     finally:
         reached = probes.reached - before
