@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="report folder, which holds reasons.json (default evidence/DGR-032/mutation)")
     mutate.add_argument("--resume", action="store_true",
                         help="keep the results of an earlier run (mutants/) and test only what has none")
+    mutate.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the report again from the last run (after editing reasons.json)")
     serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
     serve.add_argument("topology", type=Path, metavar="TOPOLOGY.json")
     serve.add_argument("--host", default="127.0.0.1", help="address every listener binds (default 127.0.0.1)")
@@ -289,7 +291,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _mutate(args: argparse.Namespace) -> int:
     from fakeshard.mutate import MutateError, MutateOptions, run_mutate, write_report
 
-    options = MutateOptions(workers=args.workers, dest=args.dest, resume=args.resume)
+    options = MutateOptions(workers=args.workers, dest=args.dest, resume=args.resume, report_only=args.report_only)
     argv = ["mutate", "--workers", str(args.workers)] + (["--dest", str(args.dest)]
                                                          if args.dest != MutateOptions.dest else [])
     try:

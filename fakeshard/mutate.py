@@ -62,6 +62,8 @@ class MutateOptions:
     dest: Path = Path("evidence/DGR-032/mutation")
     #: Keep mutmut's results from an earlier run (``mutants/``) and test only what is new.
     resume: bool = False
+    #: Run nothing: write the report again from the last run's results (after editing reasons.json).
+    report_only: bool = False
 
 
 @dataclass
@@ -73,6 +75,9 @@ class MutationRun:
     elapsed: float = 0.0
     returncode: int = 0
     log_tail: str = ""
+    #: The commit and the workers of the run (as recorded by it), where known.
+    commit: str = ""
+    workers: int = 0
 
 
 def _root() -> Path:
@@ -172,8 +177,15 @@ def _diff(root: Path, env: dict[str, str], name: str) -> str:
         else f"(mutmut show failed: {proc.stderr.strip()[-300:]})"
 
 
+#: What a run records of itself beside mutmut's results, for ``--report-only``.
+RUN_RECORD = "fakeshard-run.json"
+
+
 def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> MutationRun:
-    """Run mutmut over the configured modules in the checkout; every mutant's status."""
+    """Run mutmut over the configured modules in the checkout; every mutant's status.
+
+    With ``report_only``, run nothing: the statuses and the run's record from ``mutants/``.
+    """
     if options.workers < 1:
         raise MutateError(f"--workers must be >= 1, got {options.workers}")
     try:
@@ -182,6 +194,8 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
         raise MutateError("fakeshard mutate needs mutmut: python3 -m pip install -e '.[mutate]'") from None
     root = _root()
     _mutmut_config(root)
+    if options.report_only:
+        return _last_run(root)
     if not options.resume:
         shutil.rmtree(root / "mutants", ignore_errors=True)
     traces = Path(tempfile.mkdtemp(prefix="fakeshard-mutate-traces-"))
@@ -202,13 +216,29 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
                     stream.write(f"[{time.monotonic() - started:5.0f}s] {line}\n")
                     stream.flush()
                     last = line
-    run = MutationRun(statuses=_results(root, env), elapsed=time.monotonic() - started,
-                      returncode=proc.returncode)
-    run.log_tail = "\n".join(_log_lines(log)[-12:])
+    elapsed = time.monotonic() - started
+    shutil.rmtree(traces, ignore_errors=True)
+    (root / "mutants").mkdir(exist_ok=True)
+    (root / "mutants" / RUN_RECORD).write_text(json.dumps({
+        "elapsed_s": elapsed, "returncode": proc.returncode, "workers": options.workers,
+        "commit": _git(root, "rev-parse", "HEAD"), "log_tail": "\n".join(_log_lines(log)[-12:]),
+    }), encoding="utf-8")
+    return _last_run(root)
+
+
+def _last_run(root: Path) -> MutationRun:
+    record_path = root / "mutants" / RUN_RECORD
+    if not record_path.is_file():
+        raise MutateError(f"no run to report: {record_path} is missing (run fakeshard mutate first)")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    env = _env(Path(tempfile.gettempdir()))
+    run = MutationRun(statuses=_results(root, env), elapsed=float(record["elapsed_s"]),
+                      returncode=int(record["returncode"]), log_tail=record.get("log_tail", ""))
+    run.commit = record.get("commit", "")
+    run.workers = int(record.get("workers", 0))
     for name, status in run.statuses.items():
         if status in NOT_KILLED:
             run.diffs[name] = _diff(root, env, name)
-    shutil.rmtree(traces, ignore_errors=True)
     return run
 
 
@@ -247,9 +277,12 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     for name, status in run.statuses.items():
         by_module.setdefault(module_of(name), Counter())[status] += 1
     overall = sum(by_module.values(), Counter())
-    met = run.returncode == 0 and score(overall) >= GOAL_OVERALL and all(
+    # A mutant left untested ("not checked": the run was stopped) leaves the goal unmet.
+    met = run.returncode == 0 and not overall["not checked"] and score(overall) >= GOAL_OVERALL and all(
         score(c) >= GOAL_MODULE for c in by_module.values())
-    commit = _git(root, "rev-parse", "HEAD") or "unknown"
+    head = _git(root, "rev-parse", "HEAD") or "unknown"
+    commit = run.commit or head
+    workers = run.workers or options.workers
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", "fakeshard", "tests",
                       "stateful", "pyproject.toml"))
     survivors = sorted(run.diffs)
@@ -264,7 +297,8 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     lines = [
         "# Mutation score of the contract logic (mutmut)",
         "",
-        f"Written by `python3 -m fakeshard {' '.join(argv)}` on commit `{commit}`"
+        f"Written by `python3 -m fakeshard {' '.join(argv)}`; the mutmut run was on commit `{commit}`"
+        + (f" (the report written on `{head}`)" if commit != head else "")
         + (" (with uncommitted changes to the code or tests)" if dirty else "") + ".",
         "This is fixture evidence about the test suite: how many deliberate small changes to",
         "`FakeShardEngine`'s contract logic the contract suite and the state machines notice. It says",
@@ -275,7 +309,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
         f"Goal: at least {GOAL_MODULE:.0f}% of each module's mutants killed and {GOAL_OVERALL:.0f}% overall, "
         f"the run under 60 minutes on 2 cores. **{'Met' if met else 'Not met'}**: {score(overall):.1f}% overall, "
-        f"{run.elapsed / 60:.1f} minutes with {options.workers} workers"
+        f"{run.elapsed / 60:.1f} minutes with {workers} workers"
         + ("" if run.returncode == 0 else f"; mutmut exited with {run.returncode}") + ".",
         "",
         "| module | mutants | killed | timed out | survived | no tests | suspicious | not run | score |",
@@ -290,7 +324,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
         "```sh",
         "python3 -m pip install -e '.[test,mutate]'",
-        f"python3 -m fakeshard {' '.join(argv)}",
+        f"python3 -m fakeshard mutate --workers {workers}",
         "```",
         "",
         "| | |",
@@ -302,7 +336,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         f"| mutmut | {_version('mutmut')} |",
         f"| hypothesis | {_version('hypothesis')} |",
         f"| pytest | {_version('pytest')} |",
-        f"| workers | {options.workers} |",
+        f"| workers | {workers} |",
         f"| elapsed | {run.elapsed:.0f} s |",
         "",
         "The test command and the mutated modules are `[tool.mutmut]` in `pyproject.toml`; the",
@@ -329,7 +363,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     ]
     (dest / "README.md").write_text("\n".join(lines), encoding="utf-8")
     (dest / "results.json").write_text(json.dumps({
-        "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": options.workers,
+        "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": workers,
         "mutmut": _version("mutmut"), "returncode": run.returncode, "goal_met": met,
         "modules": {m: dict(sorted(c.items())) for m, c in sorted(by_module.items())},
         "score": {m: round(score(c), 2) for m, c in sorted(by_module.items())} | {"all": round(score(overall), 2)},

@@ -83,6 +83,13 @@ def test_one_module_under_the_goal_fails_the_goal(tmp_path):
     assert "**Not met**" in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
+def test_a_run_stopped_before_every_mutant_was_tested_does_not_meet_the_goal(tmp_path):
+    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
+                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
+    statuses["fakeshard.engine.x_g__mutmut_1"] = "not checked"
+    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=["mutate"]) is False
+
+
 def test_reasons_that_are_not_a_list_of_entries_are_refused(tmp_path):
     (tmp_path / "reasons.json").write_text('{"mutants": "x"}', encoding="utf-8")
     with pytest.raises(MutateError, match="expected a list"):
