@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from fakeshard.evidence import _git, _version
+
 __all__ = ["GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun", "modules",
            "reason_for", "run_mutate", "score", "write_report"]
 
@@ -250,20 +252,6 @@ def _log_lines(log: Path) -> list[str]:
 def _last_status(log: Path) -> str:
     lines = [line for line in _log_lines(log) if re.search(r"\d+/\d+", line)]
     return lines[-1].lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ") if lines else ""
-
-
-def _git(root: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def _version(name: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -> bool:

@@ -186,6 +186,7 @@ def test_unchecked_reading_keeps_a_broken_bundle_for_its_receiver():
 _TOKEN = {"kind": "token_bundle", "contract": "1", "session_id": "s", "epoch": 0, "start_pos": 0,
           "tokens": [1, 2]}
 _ERROR = {"kind": "error", "contract": "1", "code": "stale_epoch", "message": "old", "session_id": "s", "epoch": 1}
+# loads_unchecked's cases: (name, data, whether it is a frame, message).
 UNCHECKED_BAD = [
     ("not text", 42, False, "expected str or bytes, got int"),
     ("error of another contract", json.dumps({**_ERROR, "contract": "0"}), False,
@@ -205,12 +206,6 @@ UNCHECKED_BAD = [
      + b"\x01\x02\x03\x04", True, "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
 ]
 
-
-@pytest.mark.parametrize("name,data,frame,message", UNCHECKED_BAD, ids=[c[0] for c in UNCHECKED_BAD])
-def test_unchecked_reading_names_what_is_structurally_wrong(name, data, frame, message):
-    with pytest.raises(MalformedBundle) as info:
-        wire.loads_unchecked(data, frame=frame)
-    assert str(info.value) == f"wire: {message}"
 
 
 def test_unchecked_reading_takes_bytes_and_text_up_to_the_limit():
@@ -245,12 +240,6 @@ FAULT_BAD = [
     ("bad field", {"type": "delay", "seconds": "soon"}, "fault.seconds must be a number, got a string"),
 ]
 
-
-@pytest.mark.parametrize("name,data,message", FAULT_BAD, ids=[c[0] for c in FAULT_BAD])
-def test_a_bad_fault_record_names_its_path_and_what_it_got(name, data, message):
-    with pytest.raises(MalformedBundle) as info:
-        wire.fault_from_dict(data)
-    assert str(info.value) == f"wire: {message}"
 
 
 def test_binary_forms_refuse_what_has_none_by_name():
@@ -308,12 +297,6 @@ FRAME_BAD = [
 ]
 
 
-@pytest.mark.parametrize("name,data,message", FRAME_BAD, ids=[c[0] for c in FRAME_BAD])
-def test_a_bad_frame_is_named(name, data, message):
-    with pytest.raises(MalformedBundle) as info:
-        wire.loadb(data)
-    assert str(info.value) == f"wire: {message}"
-
 
 def test_frame_edges():
     with pytest.raises(MalformedBundle) as info:  # the shortest frame: its (empty) header is read
@@ -350,3 +333,21 @@ def test_bad_hidden_rows_are_named_and_the_error_carries_the_bundles_identity(na
         validate(HiddenBundle("s", 3, 0, 1, rows, "0" * 16))
     assert str(info.value) == f"HiddenBundle: {message}"
     assert (info.value.session_id, info.value.epoch) == ("s", 3)
+
+
+def _read_unchecked(frame):
+    return lambda data: wire.loads_unchecked(data, frame=frame)
+
+
+# Every structural fault a reader meets, and the message that names it.
+WIRE_BAD = ([(f"unchecked: {name}", _read_unchecked(frame), data, message)
+             for name, data, frame, message in UNCHECKED_BAD]
+            + [(f"fault record: {name}", wire.fault_from_dict, data, message) for name, data, message in FAULT_BAD]
+            + [(f"frame: {name}", wire.loadb, data, message) for name, data, message in FRAME_BAD])
+
+
+@pytest.mark.parametrize("name,read,data,message", WIRE_BAD, ids=[c[0] for c in WIRE_BAD])
+def test_a_reader_names_what_is_wrong(name, read, data, message):
+    with pytest.raises(MalformedBundle) as info:
+        read(data)
+    assert str(info.value) == f"wire: {message}"
