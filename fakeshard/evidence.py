@@ -61,6 +61,23 @@ def _contract_suite(root: Path, engine: str) -> tuple[list[str], int, str]:
     return ["python3"] + cmd[1:], proc.returncode, lines[-1] if lines else "(no output)"
 
 
+def _commands(argv: list[str], ran: list[list[str]], here: str) -> list[str]:
+    """A page's "Commands and results" heading: the command given, then what it ran, with
+    paths relative to the repository root (``here``)."""
+    return ["## Commands and results", "", "```sh", "python3 -m fakeshard " + " ".join(shlex.quote(a) for a in argv),
+            "```", "", "ran, from the repository root:", "", "```sh",
+            *(" ".join(shlex.quote(part.replace(here, "")) for part in cmd) for cmd in ran), "```", ""]
+
+
+def _environment(commit: str, dirty: bool, packages: tuple[str, ...]) -> list[str]:
+    """A page's "Environment" section: interpreter, platform, commit and package versions."""
+    return ["## Environment", "", _table(("what", "value"), [
+        ("python", platform.python_version()),
+        ("platform", platform.platform()),
+        ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
+    ] + [(name, _version(name)) for name in packages]), ""]
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -131,18 +148,7 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
          "the contract's behaviour, not against any real model engine." if fixture else
          "**real-model evidence**: the coordinator was driven over engines that run real weights."),
         "",
-        "## Commands and results",
-        "",
-        "```sh",
-        "python3 -m fakeshard " + " ".join(shlex.quote(a) for a in argv),
-        "```",
-        "",
-        "ran, from the repository root:",
-        "",
-        "```sh",
-        " ".join(shlex.quote(part.replace(here, "")) for part in result.command),
-        "```",
-        "",
+        *_commands(argv, [result.command], here),
         _table(("run", "result"), [
             ("coordinator campaign (pytest exit code)",
              f"{result.returncode} ({'passed' if not result.failed else 'FAILED'})"),
@@ -173,14 +179,7 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
         "the contract); `coordinator:crash`: an engine crashed between steps; "
         "`coordinator:faulted_step`: steps with at least one failing call.",
         "",
-        "## Environment",
-        "",
-        _table(("what", "value"), [
-            ("python", platform.python_version()),
-            ("platform", platform.platform()),
-            ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
-        ] + [(name, _version(name)) for name in _PACKAGES]),
-        "",
+        *_environment(commit, dirty, _PACKAGES),
         "## Limitations",
         "",
         "* The worlds are bounded: three sessions, three stages with one spare each, histories of "
@@ -212,10 +211,6 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
     suite_cmd, suite_rc, suite_line = suite
     here = f"{root}/"
 
-    def shown(cmd: list[str]) -> str:
-        """A command as run from the repository root, with its paths relative to it."""
-        return " ".join(shlex.quote(part.replace(here, "")) for part in cmd)
-
     cov = result.coverage
     kind = ("**fixture evidence** (engine `evidence_class == \"fixture\"`): it shows what the "
             "contract's behaviour is and that the fixture keeps it, not that any real model "
@@ -237,19 +232,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "",
         kind,
         "",
-        "## Commands and results",
-        "",
-        "```sh",
-        "python3 -m fakeshard " + " ".join(shlex.quote(a) for a in argv),
-        "```",
-        "",
-        "ran, from the repository root:",
-        "",
-        "```sh",
-        shown(result.command),
-        *([shown(suite_cmd)] if suite_cmd else []),
-        "```",
-        "",
+        *_commands(argv, [result.command] + ([suite_cmd] if suite_cmd else []), here),
         _table(("run", "result"), [
             ("state-machine campaign (pytest exit code)", f"{result.returncode} "
              f"({'passed' if not result.failed else 'FAILED'})"),
@@ -274,14 +257,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
              ", ".join(f"`{t}`" for t in m["traces"]) or "-")
             for m in result.machines]),
         "",
-        "## Environment",
-        "",
-        _table(("what", "value"), [
-            ("python", platform.python_version()),
-            ("platform", platform.platform()),
-            ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
-        ] + [(name, _version(name)) for name in _PACKAGES + (() if fixture else _REAL_PACKAGES)]),
-        "",
+        *_environment(commit, dirty, _PACKAGES + (() if fixture else _REAL_PACKAGES)),
         f"## Changed files since `{(base or 'unknown')[:12]}`",
         "",
         "```",
