@@ -62,7 +62,7 @@ from fakeshard.pipeline import answer_problem
 from fakeshard.testing import probes
 from fakeshard.testing.coordinator import Coordinator, GaveUp
 from fakeshard.testing.machines import FinishingMachine, spread
-from fakeshard.testing.runner import Divergence, InvalidStep
+from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
 __all__ = [
@@ -130,24 +130,6 @@ def load_coordinator(name: str) -> Callable[..., Any]:
         raise CoordinatorError(f"coordinator factory {name!r} builds {type(coordinator).__name__}, "
                                f"which lacks {', '.join(missing)}")
     return factory
-
-
-class ReferenceStreams:
-    """Fault-free greedy continuations on a fresh FULL engine, cached by history."""
-
-    def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
-        self.factory, self.spec, self.seed = factory, spec, seed
-        self._have: dict[tuple[int, ...], list[int]] = {}
-
-    def __call__(self, history: list[int], n: int) -> list[int]:
-        from fakeshard import Pipeline
-
-        key = tuple(history)
-        have = self._have.get(key, [])
-        if len(have) < n:
-            have = Pipeline([self.factory(self.spec, seed=self.seed)]).generate("reference", history, n)
-            self._have[key] = have
-        return have[:n]
 
 
 @dataclass

@@ -23,7 +23,6 @@ from fakeshard import (
     FaultRule,
     Malformed,
     MemoryPressure,
-    Pipeline,
     ShardSpec,
     VirtualClock,
     wire,
@@ -33,7 +32,7 @@ from fakeshard.judge import Judge
 from fakeshard.testing import probes
 from fakeshard.testing.coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing.machines import FinishingMachine
-from fakeshard.testing.runner import Divergence, InvalidStep
+from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
@@ -68,7 +67,8 @@ class FailoverRunner:
                   for i in range(len(RANGES))]
         self.coordinator = Coordinator(route, spares)
         self.all_nodes = nodes
-        self._reference: dict[tuple[int, ...], list[int]] = {}
+        #: The next greedy tokens after a history on a fresh fault-free FULL engine (cached).
+        self.continuation = ReferenceStreams(factory, self.spec, seed)
         self.trace = Trace(
             machine="failover", engine_factory=factory_name, evidence_class=str(nodes[0].evidence_class),
             config={"seed": seed, "hidden_size": hidden_size,
@@ -86,16 +86,6 @@ class FailoverRunner:
     def reference(self, sid: str, n: int) -> list[int]:
         """The first ``n`` tokens a fault-free FULL engine generates for the session's prompt."""
         return self.continuation(list(self.coordinator.sessions[sid].prompt), n)
-
-    def continuation(self, history: list[int], n: int) -> list[int]:
-        """The next ``n`` greedy tokens after ``history`` on a fresh fault-free FULL engine (cached)."""
-        key = tuple(history)
-        have = self._reference.get(key, [])
-        if len(have) < n:
-            full = Pipeline([self.factory(self.spec, seed=self.seed)])
-            have = full.generate("reference", history, n)
-            self._reference[key] = have
-        return have[:n]
 
     def run(self, step: dict[str, Any]) -> None:
         op, sid = step["op"], step["session_id"]

@@ -399,3 +399,21 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except Exception as exc:  # the comparison decides whether this was allowed
         return exc
+
+
+class ReferenceStreams:
+    """Fault-free greedy continuations on a fresh FULL engine, cached by history."""
+
+    def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
+        self.factory, self.spec, self.seed = factory, spec, seed
+        self._have: dict[tuple[int, ...], list[int]] = {}
+
+    def __call__(self, history: list[int], n: int) -> list[int]:
+        from fakeshard import Pipeline
+
+        key = tuple(history)
+        have = self._have.get(key, [])
+        if len(have) < n:
+            have = Pipeline([self.factory(self.spec, seed=self.seed)]).generate("reference", history, n)
+            self._have[key] = have
+        return have[:n]
