@@ -338,6 +338,9 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     for name in survivors:
         lines += [f"### `{name}` ({run.statuses[name]})", "", explained[name] or "(no reason given)", "",
                   "```diff", run.diffs[name].strip(), "```", ""]
+    gaps = dest / "gaps.md"
+    if gaps.is_file():  # kept by hand: what earlier runs showed, and the tests that now close it
+        lines += ["## Gaps earlier runs showed", "", gaps.read_text(encoding="utf-8").strip(), ""]
     lines += [
         "## What this does not show",
         "",
