@@ -199,6 +199,12 @@ UNCHECKED_BAD = [
      "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got 'tensor'"),
     ("kind not text", json.dumps({**_TOKEN, "kind": 3}), False,
      "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got 3"),
+    ("kind a list", json.dumps({**_TOKEN, "kind": [1]}), False,
+     "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got [1]"),
+    ("not UTF-8", b"\xff\xfe", False, "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+    ("bad base64", json.dumps({**json.loads(wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, [[0.5]]), hidden="base64")),
+                               "hidden": {"dtype": "float32", "shape": [1, 1], "base64": "!!"}}), False,
+     "hidden_bundle.hidden.base64 is not base64: Only base64 data is allowed"),
     ("missing field", json.dumps({k: v for k, v in _TOKEN.items() if k != "epoch"}), False,
      "token_bundle must have exactly the fields ['contract', 'epoch', 'session_id', 'start_pos', 'tokens'], "
      "got ['contract', 'session_id', 'start_pos', 'tokens']"),
@@ -238,6 +244,9 @@ FAULT_BAD = [
     ("type not text", {"type": 7}, "fault.type must be one of ['crash', 'delay', 'drop_response', 'malformed', "
                                    "'memory_pressure'], got 7"),
     ("bad field", {"type": "delay", "seconds": "soon"}, "fault.seconds must be a number, got a string"),
+    ("a tuple", (1,), "fault must be an object, got tuple"),  # a Python value no JSON type names
+    ("type a list", {"type": [1]}, "fault.type must be one of ['crash', 'delay', 'drop_response', 'malformed', "
+                                   "'memory_pressure'], got [1]"),
 ]
 
 
