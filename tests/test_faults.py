@@ -205,6 +205,18 @@ def test_two_rules_of_one_kind_still_break_the_output(engine_factory, role, kind
         assert (out != good) == applies
 
 
+@pytest.mark.fixture_choice("a checksum break changes the first hex digit only (to 0, or to 1 where it was 0)")
+def test_a_checksum_break_stays_sixteen_hex_digits_whatever_the_checksum(engine_factory):
+    rig = Rig(engine_factory, "head", faults=plan(FaultRule(Malformed("checksum"), op="prefill", count=None)))
+    clean = Rig(engine_factory, "head")
+    firsts = set()
+    for i in range(64):  # many session ids give many checksums, so one that starts with 0 occurs
+        out, good = rig.prefill(f"s{i}", 0, 0, 2), clean.prefill(f"s{i}", 0, 0, 2)
+        firsts.add(good.checksum[0])
+        assert out.checksum == ("1" if good.checksum[0] == "0" else "0") + good.checksum[1:], (out, good)
+    assert "0" in firsts
+
+
 @pytest.mark.parametrize("other", [k for k in HIDDEN_KINDS if k != "checksum"])
 def test_two_kinds_on_one_call_still_break_the_output(engine_factory, other):
     """The contract: an output with any Malformed kind fired is refused by its receiver."""
