@@ -8,9 +8,11 @@ from collections import Counter
 
 import pytest
 
-from fakeshard.cli import main
-from fakeshard.mutate import (MutateError, MutateOptions, MutationRun, module_of, modules, reason_for, score,
-                              write_report)
+pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml with tomllib (Python 3.11+)")
+
+from fakeshard.cli import main  # noqa: E402
+from fakeshard.mutate import (MutateError, MutateOptions, MutationRun, module_of, modules,  # noqa: E402
+                              reason_for, score, write_report)
 
 ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
 
