@@ -276,3 +276,20 @@ def test_hidden_values_are_named_when_they_are_not_finite_floats(row, match):
 def test_finite_values_whose_sum_overflows_are_valid():
     bundle = HiddenBundle.sealed("s", 0, 0, 1, [(1e308, 1e308, -1e308, 5)])
     assert validate(bundle, ShardSpec("m", 2, 1, 2, hidden_size=4)) is bundle
+
+
+@pytest.mark.fixture_choice("which ids the error of a bad close keeps, and its wording: with a bad session id, the "
+                            "id where it is a str and the epoch where it is an int (not a bool); with a bad epoch, "
+                            "the session id alone")
+@pytest.mark.parametrize("op", ["cancel", "release"])
+@pytest.mark.parametrize("sid,epoch,ids,message", [
+    (None, 0, (None, 0), "session_id must be a non-empty str, got None"),
+    ("", 2, ("", 2), "session_id must be a non-empty str, got ''"),
+    (3, True, (None, None), "session_id must be a non-empty str, got 3"),
+    (3, -1, (None, -1), "session_id must be a non-empty str, got 3"),
+    ("s", -1, ("s", None), "epoch must be an int >= 0, got -1"),
+    ("s", True, ("s", None), "epoch must be an int >= 0, got True"),
+])
+def test_a_bad_close_keeps_the_ids_it_can(engine_factory, op, sid, epoch, ids, message):
+    err = _close_badly(engine_factory, op, sid, epoch)
+    assert (err.session_id, err.epoch) == ids and str(err) == f"{op}: {message}"

@@ -570,3 +570,27 @@ def test_the_fixtures_repr_names_its_spec_state_and_accounting():
                                 f"{s.n_layers}, head, 1 sessions, used 3/50)")
     rig.engine.crash()
     assert repr(rig.engine).endswith(", head, crashed, used 0/50)")
+
+
+def test_crashed_is_a_bool_that_restart_clears():
+    from fakeshard import FakeShardEngine
+
+    engine = Rig(FakeShardEngine, "full").engine
+    assert engine.crashed is False
+    engine.crash()
+    assert engine.crashed is True
+    engine.restart()
+    assert engine.crashed is False
+
+
+def test_the_fixture_takes_hidden_values_near_the_float_limit_without_a_warning():
+    # Valid input (finite) at the edge of float64: the fixture's arithmetic must not warn
+    # (pytest makes a warning an error here) and must stay deterministic.
+    from fakeshard import FakeShardEngine, HiddenBundle
+
+    tail = Rig(FakeShardEngine, "tail")
+    width = tail.spec.hidden_size
+    huge = HiddenBundle.sealed("s", 0, 0, tail.spec.start_layer, [[1e308, -1e308] + [0.5] * (width - 2)])
+    first = tail.engine.prefill(huge)
+    again = Rig(FakeShardEngine, "tail").engine.prefill(huge)
+    assert first == again and 0 <= first.token < tail.spec.vocab_size

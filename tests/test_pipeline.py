@@ -175,3 +175,34 @@ def test_generate_runs_at_epoch_zero_by_default():
     pipe = build(FakeShardEngine)
     pipe.generate("s", [1, 2, 3], 2)
     assert {stage.session("s").epoch for stage in pipe.stages} == {0}
+
+
+class _Stage:
+    """Only what Pipeline reads of a stage before any call: its spec and evidence class."""
+
+    def __init__(self, spec, evidence_class=None):
+        self.spec = spec
+        if evidence_class is not None:
+            self.evidence_class = evidence_class
+
+
+def test_a_pipeline_is_real_model_evidence_only_if_every_stage_is():
+    ranges = [SPEC.with_layers(a, b) for a, b in RANGES]
+    assert Pipeline([_Stage(s, "real-model") for s in ranges]).evidence_class == "real-model"
+    for classes in (["real-model", "fixture", "real-model"], ["real-model", None, "real-model"],
+                    [None, None, None], ["fixture"] * 3):
+        pipe = Pipeline([_Stage(s, c) for s, c in zip(ranges, classes)])
+        assert pipe.evidence_class == "fixture", classes
+        assert pipe.last_failed_stage is None  # no call yet
+
+
+def test_a_pipeline_refuses_stages_that_do_not_make_one_model_by_name():
+    with pytest.raises(ValueError) as info:
+        Pipeline([])
+    assert str(info.value) == "Pipeline needs at least one stage"
+    with pytest.raises(ValueError) as info:
+        Pipeline([object()])
+    assert str(info.value) == "stage 0 has no ShardSpec .spec (got object)"
+    with pytest.raises(ValueError) as info:
+        Pipeline([_Stage(SPEC.with_layers(0, 2)), _Stage(SPEC.with_layers(3, 6))])
+    assert str(info.value) == "stage 1 starts at layer 3, expected 2: stage ranges must tile 0..n_layers in order"

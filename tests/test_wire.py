@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from fakeshard import (
     MemoryPressure,
     SampleBundle,
     TokenBundle,
+    validate,
 )
 from fakeshard import wire
 from fakeshard.errors import ERROR_CODES
@@ -245,3 +247,75 @@ def test_a_fault_record_round_trips_on_its_own(fault):
 def test_a_bad_fault_record_is_malformed(junk):
     with pytest.raises(MalformedBundle):
         wire.fault_from_dict(junk)
+
+
+GOOD_B64 = json.loads(wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, [[0.25, 0.5]]), hidden="base64"))
+
+
+def _hidden_with(**changes):
+    return _with(GOOD_B64, hidden=json.loads(_with(GOOD_B64["hidden"], **changes)))
+
+
+# The whole message for each structural fault (BAD_TEXTS above checks a piece of each): the
+# path of the bad field and what was found there.
+EXACT = [
+    ("hidden not rows", _with(GOOD_B64, hidden=5),
+     "hidden_bundle.hidden must be an array of rows or an object, got an integer"),
+    ("hidden row value", _with(GOOD_B64, hidden=[["a"]]), "hidden_bundle.hidden[0][0] must be a number, got a string"),
+    ("hidden object keys", _hidden_with(extra=1),
+     "hidden_bundle.hidden must have exactly the fields ['base64', 'dtype', 'shape'], "
+     "got ['base64', 'dtype', 'extra', 'shape']"),
+    ("dtype list", _hidden_with(dtype=[1]), "hidden_bundle.hidden.dtype must be one of ['float16', 'float32'], got [1]"),
+    ("shape past 2**31", _hidden_with(shape=[2**31, 0], base64=""),
+     "hidden_bundle.hidden.shape must be [rows, columns] of integers >= 0, got [2147483648, 0]"),
+    ("shape past 2**32", _hidden_with(shape=[0, 2**32], base64=""),
+     "hidden_bundle.hidden.shape must be [rows, columns] of integers >= 0, got [0, 4294967296]"),
+    ("base64 not text", _hidden_with(base64=5), "hidden_bundle.hidden.base64 must be a string, got an integer"),
+    ("base64 with a space", _hidden_with(base64="AACA PgAAAD8="),
+     "hidden_bundle.hidden.base64 is not base64: Only base64 data is allowed"),
+    ("base64 past its padding", _hidden_with(base64="AACAPgAAAD8=\n"),
+     "hidden_bundle.hidden.base64 is not base64: Excess data after padding"),
+    ("base64 short", _hidden_with(base64="AAAAAA=="),
+     "hidden_bundle.hidden holds 4 bytes, but 1x2 float32 needs 8"),
+    ("rule not object", _with(GOOD_PLAN, rules=[5]), "fault_plan.rules[0] must be an object, got an integer"),
+    ("rule fault not object", _with(GOOD_PLAN, rules=[{**GOOD_PLAN["rules"][0], "fault": 5}]),
+     "fault_plan.rules[0].fault must be an object, got an integer"),
+    ("rule fault null", _with(GOOD_PLAN, rules=[{**GOOD_PLAN["rules"][0], "fault": None}]),
+     "fault_plan.rules[0].fault must be an object, got null"),
+    ("seed under 64 bits", _with(GOOD_PLAN, seed=-(2**63) - 1), "fault_plan.seed does not fit in 64 bits"),
+    ("error code list", _with(GOOD_ERROR, code=[1]),
+     "error.code must be one of ['cache_miss', 'cancelled', 'engine_crashed', 'malformed_bundle', 'out_of_memory', "
+     "'position_mismatch', 'released', 'response_lost', 'stale_epoch'], got [1]"),
+    ("error message type", _with(GOOD_ERROR, message=5), "error.message must be a string, got an integer"),
+    ("error session type", _with(GOOD_ERROR, session_id=5), "error.session_id must be a string, got an integer"),
+    ("error field type", _with(GOOD_ERROR, expected="0"), "error.expected must be an integer, got a string"),
+    ("tokens not array", _with(GOOD, tokens="12"), "token_bundle.tokens must be an array, got a string"),
+    ("session null", _with(GOOD, session_id=None), "token_bundle.session_id must be a string, got null"),
+    ("not an object", "[1, 2]", "expected a JSON object, got an array"),
+    ("nested too deeply", "[" * 100000 + "]" * 100000, "JSON is nested too deeply"),
+    ("old contract", _with(GOOD, contract="0"), "contract version '0' is not '1'"),
+    ("unknown kind", _with(GOOD, kind="tensor"),
+     "kind must be one of ['fault_plan', 'fault_rule', 'hidden_bundle', 'sample_bundle', 'token_bundle', 'error'], "
+     "got 'tensor'"),
+    ("not text", 42, "wire.loads takes str or bytes, got int"),
+]
+
+
+@pytest.mark.parametrize("name,text,message", EXACT, ids=[c[0] for c in EXACT])
+def test_a_structural_fault_is_named_whole(name, text, message):
+    with pytest.raises(MalformedBundle) as info:
+        wire.loads(text)
+    assert str(info.value) == f"wire: {message}"
+
+
+def test_the_edges_of_what_the_wire_takes():
+    for seed in (-(2**63), 2**63 - 1):  # the 64-bit range, both ends included
+        assert wire.loads(_with(GOOD_PLAN, seed=seed)).seed == seed
+    assert wire.loads(_with(GOOD_ERROR, session_id=None)).session_id is None  # an error's ids may be null
+    text = wire.dumps(TokenBundle("s", 0, 0, tuple(range(10)))).encode()
+    assert wire.loads(text, max_chars=len(text)).tokens == tuple(range(10))  # bytes up to the limit itself
+    for shape in ([0, 2], [1, 0]):  # an empty shape is structure the receiver refuses, not the reader
+        back = wire.loads_unchecked(_hidden_with(shape=shape, base64=""))
+        assert np.asarray(back.hidden).shape == tuple(shape)
+        with pytest.raises(MalformedBundle):
+            validate(back)

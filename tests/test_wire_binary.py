@@ -301,6 +301,8 @@ FRAME_BAD = [
     ("short", b"FSB1\x00\x00\x00", r"a frame starts with b'FSB1' and a 4-byte header length, got b'FSB1\x00\x00\x00'"),
     ("header past the end", _raw_frame(b"{}", size=3), "frame header of 3 bytes does not fit a frame of 10 bytes "
                                                     "(limit 1048576)"),
+    ("payload on a token frame", _raw_frame(wire.dumpb(TokenBundle("s", 0, 0, (1,)))[8:], payload=b"\x00" * 4),
+     "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
     ("header length past 2**31", _raw_frame(b"{}", size=0xFFFFFFFF),
      "frame header of 4294967295 bytes does not fit a frame of 10 bytes (limit 1048576)"),
 ]
