@@ -362,3 +362,34 @@ def test_a_reader_names_what_is_wrong(name, read, data, message):
     with pytest.raises(MalformedBundle) as info:
         read(data)
     assert str(info.value) == f"wire: {message}"
+
+
+HIDDEN_ARRAY_BAD = [
+    ("ints", np.zeros((1, 2), dtype=np.int32), "hidden must be an array of a float dtype, got int32"),
+    ("one row flat", np.zeros(2, dtype=np.float32), "hidden must be a 2-D array of rows, got shape (2,)"),
+    ("no rows", np.zeros((0, 2), dtype=np.float32), "hidden must be a non-empty sequence of rows"),
+    ("empty rows", np.zeros((2, 0), dtype=np.float32), "hidden rows must not be empty"),
+]
+
+
+@pytest.mark.parametrize("name,rows,message", HIDDEN_ARRAY_BAD, ids=[c[0] for c in HIDDEN_ARRAY_BAD])
+def test_a_bad_hidden_array_is_named_and_the_error_carries_the_bundles_identity(name, rows, message):
+    with pytest.raises(MalformedBundle) as info:
+        validate(HiddenBundle("s", 3, 0, 1, rows, "0" * 16))
+    assert str(info.value) == f"HiddenBundle: {message}"
+    assert (info.value.session_id, info.value.epoch) == ("s", 3)
+
+
+def test_rows_that_are_no_floats_are_named_and_the_error_carries_the_bundles_identity():
+    with pytest.raises(MalformedBundle) as info:
+        HiddenBundle("s", 3, 0, 1, (("x", 1.0),), "0" * 16).array()
+    assert str(info.value) == "HiddenBundle: hidden must be rows of floats (could not convert string to float: 'x')"
+    assert (info.value.session_id, info.value.epoch) == ("s", 3)
+
+
+def test_hidden_values_are_read_only_wherever_they_come_from():
+    # The data plane hands out views without copying: nobody may write through one.
+    out = _head_output(width=8, n=2)
+    assert out.hidden.flags.writeable is False
+    assert HiddenBundle("s", 0, 0, 1, ((0.5, 0.25),), "0" * 16).array().flags.writeable is False
+    assert wire.loadb(wire.dumpb(out)).hidden.flags.writeable is False
