@@ -39,7 +39,7 @@ _SETTINGS: dict[str, dict[str, Any]] = {
     # ``fakeshard mutate``: every mutant runs the machines under this profile.  No shrinking
     # (a mutant is judged by whether it fails, not by its smallest counterexample), and
     # derandomized, so every mutant meets the same interleavings.
-    "mutate": dict(max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+    "mutate": dict(max_examples=25, stateful_step_count=25, deadline=None, derandomize=True,
                    database=None, print_blob=False, phases=(Phase.explicit, Phase.generate),
                    suppress_health_check=list(HealthCheck)),
 }
