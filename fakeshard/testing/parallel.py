@@ -273,7 +273,7 @@ def _smaller(program: Program) -> list[Program]:
 
 
 def shrink(factory: Callable[..., Any], spec: ShardSpec, program: Program, found: tuple[list[Op], Verdict],
-           repeats: int, tokens: Tokens, budget: int = 6000) -> tuple[Program, list[Op], Verdict]:
+           repeats: int, tokens: Tokens, budget: int = 24000) -> tuple[Program, list[Op], Verdict]:
     """Remove pieces while some run of the smaller program still fails; at most ``budget`` runs.
 
     A smaller program may fail in fewer interleavings, so each candidate gets
