@@ -269,7 +269,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "Branch coverage from the state machines alone (`fakeshard/testing/suite.py`), "
         "combined across processes; `coverage.json` and `coverage.xml` are beside this file. "
         "Not counted: the kit itself (`fakeshard/testing/`, `strategies.py`), the command line "
-        "(`cli.py`, `check.py`, `evidence.py`, `demo.py`, `__main__.py`), which the machines do "
+        "(`cli.py`, `check.py`, `evidence.py`, `mutate.py`, `demo.py`, `__main__.py`), which the machines do "
         "not drive, and what this engine cannot run: "
         + ("the real-model backend (`fakeshard/real/`) and the judge's tolerance rules for real "
            "arithmetic (`judge.py`; the fixture is compared exactly)." if fixture else
