@@ -207,20 +207,6 @@ def full_ci(options: CheckOptions) -> bool:
         and options.examples is None and options.steps is None
 
 
-def missing_probes_of(reached: Any) -> list[str]:
-    """The required probes not in ``reached``."""
-    from fakeshard.testing.probes import missing
-
-    return missing(set(reached))
-
-
-def impossible_probes_of(reached: Any) -> list[str]:
-    """The probes in ``reached`` that the contract makes unreachable (``probes.UNREACHABLE``)."""
-    from fakeshard.testing.probes import UNREACHABLE
-
-    return sorted(set(reached) & set(UNREACHABLE))
-
-
 def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
     cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", str(SUITE)]
     # Only the machines: the probe requirement is judged here, from every machine's summary
@@ -308,8 +294,10 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
-    result.missing_probes = missing_probes_of(result.probes)
-    result.impossible_probes = impossible_probes_of(result.probes)
+    from fakeshard.testing import probes
+
+    result.missing_probes = probes.missing(result.probes)
+    result.impossible_probes = probes.impossible(result.probes)
     result.probes_required = full_ci(options)
     result.coverage = _coverage_reports(out, rc)
     return result

@@ -141,6 +141,7 @@ def test_evidence_of_a_coordinator_campaign(tmp_path):
 
 def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkeypatch, capsys):
     from fakeshard import check
+    from fakeshard.testing import probes
     from fakeshard.testing.probes import REQUIRED, UNREACHABLE
 
     assert check.full_ci(check.CheckOptions(profile="ci"))
@@ -154,8 +155,8 @@ def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkey
         def fake_run(options, reached=reached):
             result = check.CheckResult(options, "fixture", ["pytest"], 0, 1.0)
             result.probes.update(reached)
-            result.missing_probes = check.missing_probes_of(result.probes)
-            result.impossible_probes = check.impossible_probes_of(result.probes)
+            result.missing_probes = probes.missing(result.probes)
+            result.impossible_probes = probes.impossible(result.probes)
             result.probes_required = check.full_ci(options)
             return result
 

@@ -120,3 +120,9 @@ def crossings(op: str, holds: tuple[str, ...], fired: tuple[str, ...], code: str
 def missing(seen: Counter[str] | set[str] | None = None) -> list[str]:
     have = set(seen if seen is not None else reached)
     return sorted(REQUIRED - have)
+
+
+def impossible(seen: Counter[str] | set[str] | None = None) -> list[str]:
+    """The probes reached that the contract makes unreachable (:data:`UNREACHABLE`)."""
+    have = set(seen if seen is not None else reached)
+    return sorted(have & set(UNREACHABLE))

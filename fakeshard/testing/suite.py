@@ -37,8 +37,7 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
     before = probes.reached.copy()
     failed = True
     try:
-        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir(),
-                    reduce_failure=profiles.reduces_failures())
+        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir())
         failed = False
     finally:
         reached = probes.reached - before
@@ -62,8 +61,7 @@ def test_machine_parallel(engine_factory, engine_factory_name, request):
     before = probes.reached.copy()
     failed = True
     try:
-        programs = run_parallel(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
-                                reduce_failure=profiles.reduces_failures())
+        programs = run_parallel(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed())
         failed = False
     finally:
         if reporter is not None:
@@ -84,7 +82,7 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     failed = True
     try:
         run_machine(CoordinatorMachine, config, settings=machine_settings(), seed=worker_seed(),
-                    save_dir=traces_dir(), reduce_failure=profiles.reduces_failures())
+                    save_dir=traces_dir())
         failed = False
     finally:
         reached = probes.reached - before
@@ -110,6 +108,6 @@ def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, re
             run_machine(machine, config, save_dir=None)
             reached.update(probes.reached - before)
     assert probes.missing(reached) == [], f"unreached probes: {probes.missing(reached)}"
-    impossible = sorted(set(reached) & set(probes.UNREACHABLE))
+    impossible = probes.impossible(reached)
     assert not impossible, ("reached crossings the contract makes impossible (the engine or the list is "
                             f"wrong): {', '.join(f'{p} ({probes.UNREACHABLE[p]})' for p in impossible)}")
