@@ -43,7 +43,7 @@ from fakeshard import (
     TokenBundle,
     wire,
 )
-from fakeshard.testing import probes
+from fakeshard.testing import probes, profiles
 from fakeshard.testing.draws import stable_draws
 from fakeshard.testing.linearizability import Op, Verdict, check, timeline
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
@@ -314,7 +314,7 @@ class ParallelConfig:
 
 def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: Any = None,
                  seed: Optional[int] = None, sizes: Optional[ParallelConfig] = None,
-                 reduce_failure: bool = True) -> int:
+                 reduce_failure: Optional[bool] = None) -> int:
     """Run the parallel campaign on ``config.factory``; the number of programs run.
 
     On a history that is not linearizable: reduce the program, save the
@@ -357,7 +357,9 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
     if not found:
         return ran[0]
     program, history, verdict = found[0]
-    if reduce_failure:  # ``False`` (the ``mutate`` profile's runs) wants the failure as found
+    if reduce_failure is None:  # by default, all but the ``mutate`` profile's runs shrink
+        reduce_failure = profiles.reduces_failures()
+    if reduce_failure:
         program, history, verdict = shrink(config.factory, spec, program, (history, verdict), sizes.repeats, tokens)
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"

@@ -17,6 +17,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from fakeshard.testing import profiles
 from fakeshard.testing.draws import stable_draws
 from fakeshard.testing.trace import REGRESSIONS, Trace
 
@@ -175,12 +176,13 @@ def run_machine(
     save_dir: Optional[Path] = REGRESSIONS,
     note: str = "",
     seed: Optional[int] = None,
-    reduce_failure: bool = True,
+    reduce_failure: Optional[bool] = None,
 ) -> None:
     """Run ``machine(config)`` under Hypothesis; on failure save the reduced trace and re-raise.
 
     ``seed`` fixes Hypothesis's generator (ignored by a derandomized profile);
-    ``reduce_failure=False`` saves the failing trace as it was found.
+    ``reduce_failure=False`` saves the failing trace as it was found (by default, under the
+    ``mutate`` profile: :func:`fakeshard.testing.profiles.reduces_failures`).
     """
     def factory() -> Any:
         return machine(config)
@@ -194,7 +196,8 @@ def run_machine(
         trace = config.last_failure
         if trace is not None:
             trace.note = note or trace.note
-            # ``reduce_failure=False`` (the ``mutate`` profile's runs) wants the failure, not its smallest form.
+            if reduce_failure is None:
+                reduce_failure = profiles.reduces_failures()
             reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if reduce_failure \
                 else trace
             config.failures.append(reduced)
