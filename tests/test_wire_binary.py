@@ -87,9 +87,13 @@ def test_sizes_of_the_binary_forms():
     assert len(wire.dumps(out, hidden="base64")) <= 1.4 * raw
 
 
+def _raw_frame(header: bytes, payload: bytes = b"", size=None) -> bytes:
+    """A frame of these header bytes and payload; ``size`` overrides the header length it states."""
+    return b"FSB1" + struct.pack("<I", len(header) if size is None else size) + header + payload
+
+
 def _frame(header: dict, payload: bytes) -> bytes:
-    head = json.dumps(header).encode()
-    return b"FSB1" + struct.pack("<I", len(head)) + head + payload
+    return _raw_frame(json.dumps(header).encode(), payload)
 
 
 def _bad_frames():
@@ -193,8 +197,7 @@ UNCHECKED_BAD = [
      "contract version '0' is not '1'"),
     ("error without contract", json.dumps({k: v for k, v in _ERROR.items() if k != "contract"}), False,
      "contract version None is not '1'"),
-    ("error frame with payload", b"FSB1" + struct.pack("<I", len(json.dumps(_ERROR))) + json.dumps(_ERROR).encode()
-     + b"\x00\x00\x80\x3f", True, "an error frame carries no payload"),
+    ("error frame with payload", _frame(_ERROR, b"\x00\x00\x80\x3f"), True, "an error frame carries no payload"),
     ("unknown kind", json.dumps({**_TOKEN, "kind": "tensor"}), False,
      "kind must be one of ['hidden_bundle', 'sample_bundle', 'token_bundle'], got 'tensor'"),
     ("kind not text", json.dumps({**_TOKEN, "kind": 3}), False,
@@ -208,8 +211,8 @@ UNCHECKED_BAD = [
     ("missing field", json.dumps({k: v for k, v in _TOKEN.items() if k != "epoch"}), False,
      "token_bundle must have exactly the fields ['contract', 'epoch', 'session_id', 'start_pos', 'tokens'], "
      "got ['contract', 'session_id', 'start_pos', 'tokens']"),
-    ("payload on a token frame", b"FSB1" + struct.pack("<I", len(json.dumps(_TOKEN))) + json.dumps(_TOKEN).encode()
-     + b"\x01\x02\x03\x04", True, "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
+    ("payload on a token frame", _frame(_TOKEN, b"\x01\x02\x03\x04"), True,
+     "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
 ]
 
 
@@ -288,10 +291,6 @@ def test_bundles_with_nan_in_the_same_places_are_equal():
     b = HiddenBundle.sealed("s", 0, 0, 1, np.array(rows, dtype=np.float32))
     assert a == b and b == a and a == HiddenBundle.sealed("s", 0, 0, 1, rows)
     assert a != HiddenBundle.sealed("s", 0, 0, 1, [[0.5, float("nan")]])
-
-
-def _raw_frame(header: bytes, payload: bytes = b"", size=None) -> bytes:
-    return b"FSB1" + struct.pack("<I", len(header) if size is None else size) + header + payload
 
 
 FRAME_BAD = [
