@@ -126,7 +126,6 @@ class HashBackend:
         adds, muls = self._adds, self._muls
         n = len(digests)
         states = []
-        x = 0
         seeds = [_splitmix(self._embed ^ t) for t in inputs] if self._takes_tokens \
             else self._decode(inputs)
         for x in seeds:
@@ -137,8 +136,8 @@ class HashBackend:
                 z ^= z >> 32
                 digests[i] = x = z
             states.append(x)
-        if self._samples:
-            return tuple(digests), _splitmix(x ^ self._sample) % self.spec.vocab_size
+        if self._samples:  # from the last position's state (the engine never asks for none)
+            return tuple(digests), _splitmix(states[-1] ^ self._sample) % self.spec.vocab_size
         return tuple(digests), self._encode(states)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar, Optional, Union
 
 import numpy as np
@@ -183,7 +183,6 @@ class Drawn:
     reserve_tokens: int = 0
     malformed: tuple[str, ...] = ()
     drop: bool = False
-    fired: list[Fired] = field(default_factory=list)
 
 
 #: Shared result for calls on which nothing fires (never mutated).
@@ -225,9 +224,7 @@ class FaultInjector:
                 continue
             if drawn is None:
                 drawn = Drawn()
-            fired = Fired(self.calls, index, op, session_id, rule.fault)
-            drawn.fired.append(fired)
-            self.log.append(fired)
+            self.log.append(Fired(self.calls, index, op, session_id, rule.fault))
             fault = rule.fault
             if isinstance(fault, Delay):
                 drawn.delay += float(fault.seconds)
