@@ -132,8 +132,9 @@ def test_wrong_bundle_type_for_the_role(engine_factory, role):
 @pytest.mark.fixture_choice(WORDING)
 @pytest.mark.parametrize("role", ROLES)
 def test_wrong_bundle_type_message_names_the_type_taken(engine_factory, role):
-    for _, err in _send_wrong_types(engine_factory, role):
-        assert "takes" in str(err)
+    taken = "TokenBundle" if role in ("head", "full") else "HiddenBundle"
+    for bad, err in _send_wrong_types(engine_factory, role):
+        assert str(err) == f"decode: a {role} engine takes {taken}, got {type(bad).__name__}"
 
 
 def _decode_two(engine_factory, role):
@@ -211,6 +212,45 @@ def test_malformed_error_names_session_and_epoch_when_well_typed():
     assert (info.value.session_id, info.value.epoch) == (None, None)
 
 
+# validate's own refusals, whole: the library's wording, and the ids it keeps: each the bundle's
+# own where it is a str (an id) or an int that is not a bool (an epoch), else None.
+_H = HiddenBundle.sealed("s", 4, 0, 1, [(0.5, 0.25, 0.0, 1.0)])
+VALIDATE_EXACT = [
+    (TokenBundle("s", 4, "0", (1,)), "TokenBundle: start_pos must be an int, got str '0'", ("s", 4)),
+    (TokenBundle("s", 4, -2, (1,)), "TokenBundle: start_pos must be >= 0, got -2", ("s", 4)),
+    (TokenBundle("s", 4, 0, ()), "TokenBundle: tokens must be a non-empty sequence of ints", ("s", 4)),
+    (TokenBundle("s", 4, 0, [1, 2.0]), "TokenBundle: tokens[1] must be an int, got float 2.0", ("s", 4)),
+    (TokenBundle("s", 4, 0, (300,)), "TokenBundle: tokens[0] = 300 is outside 0..255 (vocab_size 256)", ("s", 4)),
+    (TokenBundle("s", True, 0, (1,)), "TokenBundle: epoch must be an int, got bool True", ("s", None)),
+    (TokenBundle("s", -1, 0, (1,)), "TokenBundle: epoch must be >= 0, got -1", ("s", -1)),
+    (TokenBundle("", 4, 0, (1,)), "TokenBundle: session_id must be a non-empty str, got ''", ("", 4)),
+    (TokenBundle(b"s", 4, 0, (1,)), "TokenBundle: session_id must be a non-empty str, got b's'", (None, 4)),
+    (dataclasses.replace(_H, start_pos=-1), "HiddenBundle: start_pos must be >= 0, got -1", ("s", 4)),
+    (dataclasses.replace(_H, start_pos=1.0), "HiddenBundle: start_pos must be an int, got float 1.0", ("s", 4)),
+    (dataclasses.replace(_H, layer="1"), "HiddenBundle: layer must be an int, got str '1'", ("s", 4)),
+    (dataclasses.replace(_H, layer=0), "HiddenBundle: layer must be >= 1, got 0", ("s", 4)),
+    (dataclasses.replace(_H, layer=2), "HiddenBundle: layer 2 is not a boundary inside a model of 2 layers",
+     ("s", 4)),
+    (dataclasses.replace(_H, checksum=None), "HiddenBundle: checksum must be a str, got NoneType", ("s", 4)),
+    (dataclasses.replace(_H, checksum=b"0" * 16), "HiddenBundle: checksum must be a str, got bytes", ("s", 4)),
+    (SampleBundle("s", 4, 0, 1), "SampleBundle: pos must be >= 1, got 0", ("s", 4)),
+    (SampleBundle("s", 4, None, 1), "SampleBundle: pos must be an int, got NoneType None", ("s", 4)),
+    (SampleBundle("s", 4, 1, 256), "SampleBundle: token = 256 is outside 0..255 (vocab_size 256)", ("s", 4)),
+    (SampleBundle("s", 4, 1, "7"), "SampleBundle: token must be an int, got str '7'", ("s", 4)),
+    (SampleBundle("s", 4, 1, 1, contract="2"), "SampleBundle: contract version '2' is not '1'", ("s", 4)),
+    ({"session_id": "s"}, "expected a TokenBundle, HiddenBundle or SampleBundle, got dict", (None, None)),
+    (None, "expected a TokenBundle, HiddenBundle or SampleBundle, got NoneType", (None, None)),
+]
+
+
+@pytest.mark.parametrize("bundle,message,ids", VALIDATE_EXACT, ids=[c[1] for c in VALIDATE_EXACT])
+def test_validate_names_the_problem_whole_and_keeps_the_ids_it_can(bundle, message, ids):
+    with pytest.raises(MalformedBundle) as info:
+        validate(bundle, ShardSpec("m", 2, 0, 2, hidden_size=4))
+    assert str(info.value) == message
+    assert (info.value.session_id, info.value.epoch) == ids
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(model_id=""), "model_id"), (dict(model_id=3), "model_id"),
     (dict(n_layers=0), "n_layers"), (dict(n_layers=2.0), "n_layers"),
@@ -225,6 +265,16 @@ def test_impossible_spec_raises_value_error(kw, match):
         ShardSpec(**args)
 
 
+def test_the_smallest_spec_and_the_whole_wording_of_a_bad_range():
+    smallest = ShardSpec("m", 1, 0, 1, hidden_size=4, vocab_size=2)
+    assert smallest.role.name == "FULL"
+    validate(SampleBundle("s", 0, 1, 1), smallest)
+    with pytest.raises(ValueError) as info:
+        ShardSpec("m", 4, 3, 2)
+    assert str(info.value) == ("ShardSpec needs 0 <= start_layer < end_layer <= n_layers, got start_layer=3, "
+                               "end_layer=2, n_layers=4")
+
+
 @pytest.mark.parametrize("start,end,role", [(0, 4, "FULL"), (0, 1, "HEAD"), (1, 3, "MIDDLE"), (3, 4, "TAIL")])
 def test_spec_role(start, end, role):
     assert ShardSpec("m", 4, start, end).role.name == role
@@ -233,12 +283,42 @@ def test_spec_role(start, end, role):
 def test_engine_needs_a_spec():
     from fakeshard import FakeShardEngine
 
-    with pytest.raises(TypeError, match="ShardSpec"):
-        FakeShardEngine({"model_id": "m"})
-    with pytest.raises(ValueError, match="seed"):
-        FakeShardEngine(ShardSpec("m", 2, 0, 2), seed="1")
-    with pytest.raises(TypeError, match="clock"):
-        FakeShardEngine(ShardSpec("m", 2, 0, 2), clock=object())
+    spec = ShardSpec("m", 2, 0, 2)
+    for kw, error, message in (
+        (dict(spec={"model_id": "m"}), TypeError, "spec must be a ShardSpec, got dict"),
+        (dict(spec=spec, seed="1"), ValueError, "seed must be an int, got '1'"),
+        (dict(spec=spec, clock=object()), TypeError, "clock must have now() and sleep(seconds), got object"),
+        (dict(spec=spec, faults=[]), TypeError, "faults must be a FaultPlan or None, got list"),
+        (dict(spec=spec, capacity_tokens=-1), ValueError, "capacity_tokens must be None or an int >= 0, got -1"),
+    ):
+        with pytest.raises(error) as info:
+            FakeShardEngine(**kw)
+        assert str(info.value) == message, kw
+
+
+def test_any_str_is_a_model_id_lone_surrogates_included():
+    # A str from JSON may hold a lone surrogate ("\\udc80"); the fixture's outputs are defined for it.
+    from fakeshard import FakeShardEngine
+
+    prompt = TokenBundle("s", 0, 0, (1, 2, 3))
+    odd = [FakeShardEngine(ShardSpec("m\udc80", 4, 0, 2)).prefill(prompt) for _ in range(2)]
+    assert odd[0] == odd[1] and validate(odd[0]) is odd[0]
+    assert odd[0] != FakeShardEngine(ShardSpec("m", 4, 0, 2)).prefill(prompt)
+
+
+def test_the_fixtures_defaults_are_seed_0_and_a_virtual_clock_of_its_own():
+    from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, VirtualClock
+
+    head = ShardSpec("m", 4, 0, 2)
+    prompt = TokenBundle("s", 0, 0, (1, 2, 3))
+    plain = FakeShardEngine(head)
+    assert plain.seed == 0 and FakeShardEngine(head, seed=5).seed == 5
+    assert plain.prefill(prompt) == FakeShardEngine(head, seed=0).prefill(prompt)
+    assert FakeShardEngine(head).prefill(prompt) != FakeShardEngine(head, seed=1).prefill(prompt)
+    slow = FakeShardEngine(head, faults=FaultPlan((FaultRule(Delay(2.5)),)))
+    assert isinstance(slow.clock, VirtualClock) and slow.clock is not plain.clock
+    slow.prefill(prompt)
+    assert slow.clock.now() == 2.5 and plain.clock.now() == 0.0
 
 
 def test_a_valid_hidden_bundle_is_checked_once_per_shape_and_broken_ones_always():

@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -302,6 +303,8 @@ FRAME_BAD = [
                                                     "(limit 1048576)"),
     ("payload on a token frame", _raw_frame(wire.dumpb(TokenBundle("s", 0, 0, (1,)))[8:], payload=b"\x00" * 4),
      "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
+    ("rows in a frame", _frame(json.loads(wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, [[0.25, 0.5]]))), b""),
+     "hidden_bundle.hidden must be {dtype, shape} in a frame, got an array"),
     ("header length past 2**31", _raw_frame(b"{}", size=0xFFFFFFFF),
      "frame header of 4294967295 bytes does not fit a frame of 10 bytes (limit 1048576)"),
 ]
@@ -364,14 +367,29 @@ HIDDEN_ARRAY_BAD = [
 ]
 
 # Bad hidden values, as rows and as arrays: each named, the error carrying the bundle's identity.
-HIDDEN_BAD = [(f"rows: {n}", rows, m) for n, rows, m in HIDDEN_ROWS_BAD] + \
-    [(f"array: {n}", rows, m) for n, rows, m in HIDDEN_ARRAY_BAD]
+HIDDEN_BAD = [(f"rows: {n}", rows, m, None) for n, rows, m in HIDDEN_ROWS_BAD] + \
+    [(f"array: {n}", rows, m, None) for n, rows, m in HIDDEN_ARRAY_BAD]
 
 
-@pytest.mark.parametrize("name,rows,message", HIDDEN_BAD, ids=[c[0] for c in HIDDEN_BAD])
-def test_bad_hidden_values_are_named_and_the_error_carries_the_bundles_identity(name, rows, message):
+# What only a spec shows (its hidden_size), and values that are not finite, in both forms.
+_NAN_AT_1_2 = [[0.5, 0.25, 0.0, 1.0], [0.5, 0.25, float("nan"), 1.0]]
+_SPEC = ShardSpec("m", 4, 1, 3, hidden_size=4)
+HIDDEN_BAD += [
+    ("rows: narrower than the spec", ((0.5, 0.25),), "hidden has shape mismatch: row 0 has 2 values, expected 4",
+     _SPEC),
+    ("array: narrower than the spec", np.zeros((3, 2), dtype=np.float32),
+     "hidden has shape mismatch: row 0 has 2 values, expected 4", _SPEC),
+    ("rows: nan", tuple(map(tuple, _NAN_AT_1_2)), "hidden[1][2] = nan is not finite", _SPEC),
+    ("array: nan", np.array(_NAN_AT_1_2, dtype=np.float32), "hidden[1][2] = nan is not finite", _SPEC),
+    ("array: -inf", np.array([[0.5, 0.25, 0.0, 1.0], [-np.inf, 0.0, 0.0, 0.0]]), "hidden[1][0] = -inf is not finite",
+     None),
+]
+
+
+@pytest.mark.parametrize("name,rows,message,spec", HIDDEN_BAD, ids=[c[0] for c in HIDDEN_BAD])
+def test_bad_hidden_values_are_named_and_the_error_carries_the_bundles_identity(name, rows, message, spec):
     with pytest.raises(MalformedBundle) as info:
-        validate(HiddenBundle("s", 3, 0, 1, rows, "0" * 16))
+        validate(HiddenBundle("s", 3, 0, 1, rows, "0" * 16), spec)
     assert str(info.value) == f"HiddenBundle: {message}"
     assert (info.value.session_id, info.value.epoch) == ("s", 3)
 
@@ -389,3 +407,81 @@ def test_hidden_values_are_read_only_wherever_they_come_from():
     assert out.hidden.flags.writeable is False
     assert HiddenBundle("s", 0, 0, 1, ((0.5, 0.25),), "0" * 16).array().flags.writeable is False
     assert wire.loadb(wire.dumpb(out)).hidden.flags.writeable is False
+
+
+def test_a_read_only_view_of_writable_memory_is_copied():
+    # Read-only on its face, but its owner (a writable array, a bytearray) could still change it.
+    owner = np.zeros((2, 4), dtype=np.float32)
+    view = owner.view()
+    view.flags.writeable = False
+    memory = bytearray(32)
+    over_memory = np.frombuffer(memory, dtype=np.float32).reshape(2, 4)
+    over_memory.flags.writeable = False
+    for values, write in ((view, lambda: owner.__setitem__((0, 0), 7.0)),
+                          (over_memory, lambda: memory.__setitem__(slice(0, 4), b"\x00\x00\x80\x3f"))):
+        bundle = HiddenBundle.sealed("s", 0, 0, 1, values)
+        write()
+        assert values[0, 0] != 0.0  # the write reached the original
+        assert bundle.hidden[0, 0] == 0.0 and validate(bundle) is bundle
+
+
+def test_read_only_memory_is_kept_without_a_copy():
+    values = np.frombuffer(bytes(32), dtype=np.float32).reshape(2, 4)
+    alone = np.zeros((2, 4), dtype=np.float32)
+    alone.flags.writeable = False
+    for kept in (values, alone):
+        assert HiddenBundle.sealed("s", 0, 0, 1, kept).hidden is kept
+
+
+def test_the_two_forms_convert_each_way():
+    rows = ((0.5, 0.1), (2.0, -3.5))
+    from_rows = HiddenBundle.sealed("s", 0, 0, 1, rows)
+    array = from_rows.array()
+    assert array.dtype == np.float32 and array.shape == (2, 2) and array.flags.writeable is False
+    assert array.tolist() == [[0.5, float(np.float32(0.1))], [2.0, -3.5]]
+    # float32 holds 0.1 less exactly than a Python float: the checksums agree, the values do not.
+    from_array = HiddenBundle.sealed("s", 0, 0, 1, array)
+    assert from_array.checksum == from_rows.checksum and from_array != from_rows
+    assert from_array.rows() == ((0.5, float(np.float32(0.1))), (2.0, -3.5))
+    assert HiddenBundle.sealed("s", 0, 0, 1, from_array.rows()) == from_array
+    # A malformed bundle's contents come back as they are, for its receiver to refuse.
+    flat = np.zeros(4, dtype=np.float32)
+    assert HiddenBundle("s", 0, 0, 1, flat, "0" * 16).rows().shape == (4,)
+    with pytest.raises(MalformedBundle) as info:
+        HiddenBundle("s", 2, 0, 1, (0.5, 0.25), "0" * 16).array()
+    assert str(info.value) == "HiddenBundle: hidden must be rows of floats (hidden must be 2-D, got shape (2,))"
+    assert (info.value.session_id, info.value.epoch) == ("s", 2)
+
+
+def test_a_bundle_of_no_rows_is_0x0_in_either_form():
+    # Malformed (validate refuses it), but its checksum is defined, "0x0" in the header.
+    empty_rows = HiddenBundle.sealed("s", 0, 0, 1, ())
+    empty_array = HiddenBundle.sealed("s", 0, 0, 1, np.zeros((0, 0), dtype=np.float32))
+    header = b"1\x00s\x000\x000\x001\x000x0\x00"
+    assert empty_rows.checksum == empty_array.checksum == xxhash.xxh3_64(header).hexdigest()
+    assert empty_rows == empty_array and empty_array == empty_rows
+    assert empty_rows.array().shape == (0, 0)
+    assert empty_rows != HiddenBundle.sealed("s", 0, 0, 1, np.zeros((1, 0), dtype=np.float32))
+    with pytest.raises(MalformedBundle, match="non-empty"):
+        validate(empty_rows)
+
+
+def test_an_array_bundle_is_unequal_to_one_holding_what_is_no_number():
+    values = np.zeros((1, 2), dtype=np.float32)
+    array = HiddenBundle("s", 0, 0, 1, values, "0" * 16)
+    for junk in ((("a", "b"),), ((0.0,), (0.0, 0.0)), ((None, 0.0),)):
+        other = HiddenBundle("s", 0, 0, 1, junk, "0" * 16)
+        assert array != other and other != array
+
+
+def test_a_session_id_with_a_lone_surrogate_has_a_checksum():
+    # JSON's "\\udc80" makes such a str; the header holds the code point's three UTF-8 bytes
+    # (docs/contract.md, The hidden checksum), so it has exactly one checksum.
+    header = b"1\x00s\xed\xb2\x80\x000\x000\x001\x001x4\x00"
+    values = struct.pack("<4f", 0.5, -0.25, 0.0, 1.0)
+    expected = xxhash.xxh3_64(header + values).hexdigest()
+    assert expected == "470ec5b3d13ac5eb"
+    bundle = HiddenBundle.sealed("s\udc80", 0, 0, 1, [[0.5, -0.25, 0.0, 1.0]])
+    assert bundle.checksum == expected and validate(bundle) is bundle
+    back = wire.loads(wire.dumps(bundle))
+    assert back == bundle and back.session_id == "s\udc80"
