@@ -24,7 +24,7 @@ from fakeshard import (
     validate,
 )
 from fakeshard.faults import MALFORMED_KINDS
-from tests.support import CONSTRUCTOR, ROLES, Rig, assert_carries, raises_untouched
+from tests.support import CONSTRUCTOR, ROLES, WORDING, Rig, assert_carries, raises_untouched
 
 #: The reason given where a test reads ``fault_log`` (the contract observes faults by their effects).
 FAULT_LOG = "fault_log, the record of fired faults (not in the contract or the ShardEngine protocol)"
@@ -70,8 +70,34 @@ def test_memory_pressure_none_fails_the_allocation(engine_factory, capacity):
     rig = Rig(engine_factory, "full", capacity_tokens=capacity,
               faults=plan(FaultRule(MemoryPressure(), op="decode")))
     rig.prefill("s", 0, 0, 2)
-    raises_untouched(rig, ["s"], OutOfMemory, lambda: rig.decode("s", 0, 2))
+    err = raises_untouched(rig, ["s"], OutOfMemory, lambda: rig.decode("s", 0, 2))
+    assert_carries(err, "out_of_memory", "s", 0)
     rig.decode("s", 0, 2)  # count=1: spent
+
+
+@pytest.mark.parametrize("order", [(3, 4), (4, 3)])
+def test_two_reserves_on_one_call_add_up(engine_factory, order):
+    rig = Rig(engine_factory, "full", capacity_tokens=10,
+              faults=plan(*(FaultRule(MemoryPressure(n), op="prefill") for n in order)))
+    err = raises_untouched(rig, ["s"], OutOfMemory, lambda: rig.prefill("s", 1, 0, 4))  # 4 > 10 - (3 + 4)
+    assert_carries(err, "out_of_memory", "s", 1)
+    rig.prefill("s", 1, 0, 4)  # both spent
+
+
+@pytest.mark.fixture_choice(WORDING)
+def test_out_of_memory_says_where_and_how_much(engine_factory):
+    rig = Rig(engine_factory, "full", capacity_tokens=5, faults=plan(
+        FaultRule(MemoryPressure(), op="decode"), FaultRule(MemoryPressure(4), op="prefill", nth=2)))
+    rig.prefill("s", 2, 0, 2)
+    calls = [lambda: rig.decode("s", 2, 2),     # MemoryPressure(None)
+             lambda: rig.prefill("t", 0, 0, 1),  # 4 reserved, 2 used: less than nothing is left
+             lambda: rig.prefill("t", 0, 0, 4)]  # the reserve spent: 3 left
+    messages = [str(raises_untouched(rig, ["s", "t"], OutOfMemory, call)) for call in calls]
+    assert messages == [
+        "decode session 's' epoch 2: allocation of 1 positions failed under memory pressure",
+        "prefill session 't' epoch 0: needs 1 positions, 0 of 5 available",
+        "prefill session 't' epoch 0: needs 4 positions, 3 of 5 available",
+    ]
 
 
 def test_memory_pressure_reserve_shrinks_capacity_for_the_call(engine_factory):
@@ -394,6 +420,16 @@ def test_rules_combine_on_one_call(engine_factory):
 
 
 @pytest.mark.fixture_choice(FAULT_LOG)
+def test_fault_log_numbers_each_firing_by_the_engines_call_count(engine_factory):
+    rig = Rig(engine_factory, "full", faults=plan(FaultRule(Delay(0.5), op="decode", nth=2, count=2)))
+    rig.prefill("s", 0, 0, 1)  # call 1
+    for pos in (1, 2, 3, 4):  # calls 2..5: the second and third decodes fire
+        rig.decode("s", 0, pos)
+    assert [(f.call, f.rule, f.op, f.session_id) for f in rig.engine.fault_log] == [
+        (3, 0, "decode", "s"), (4, 0, "decode", "s")]
+
+
+@pytest.mark.fixture_choice(FAULT_LOG)
 def test_fault_log_records_every_rule_that_fired_in_rule_order(engine_factory):
     rig = _four_rules_on_one_prefill(engine_factory)
     assert [(f.rule, type(f.fault).__name__) for f in rig.engine.fault_log] == [
@@ -453,6 +489,21 @@ def test_fault_counters_survive_restart(engine_factory):
 def test_bad_fault_records_name_the_field(make, match):
     with pytest.raises((TypeError, ValueError), match=match):
         make()
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda: FaultRule(Crash(), probability=True), ValueError, "FaultRule.probability must be in [0, 1], got True"),
+    (lambda: FaultRule(Crash(), probability="0.5"), ValueError, "FaultRule.probability must be in [0, 1], got '0.5'"),
+    (lambda: FaultRule(Crash(), probability=None), ValueError, "FaultRule.probability must be in [0, 1], got None"),
+    (lambda: FaultRule("crash"), TypeError, "FaultRule.fault must be a fault record, got str"),
+    (lambda: FaultRule(Crash), TypeError, "FaultRule.fault must be a fault record, got type"),
+    (lambda: FaultPlan(("not a rule",)), TypeError, "FaultPlan.rules must be a sequence of FaultRule"),
+    (lambda: FaultPlan(FaultRule(Crash())), TypeError, "FaultPlan.rules must be a sequence of FaultRule"),
+])
+def test_bad_fault_records_are_refused_whole(make, error, message):
+    with pytest.raises(error) as info:
+        make()
+    assert type(info.value) is error and str(info.value) == message
 
 
 @pytest.mark.fixture_choice(CONSTRUCTOR)

@@ -23,7 +23,7 @@ from fakeshard import (
     SessionReleased,
     StaleEpoch,
 )
-from tests.support import ROLES, Rig, raises_untouched
+from tests.support import ROLES, WORDING, Rig, raises_untouched
 
 COMPUTE = ("prefill", "decode")
 CLOSE = ("cancel", "release")
@@ -261,6 +261,16 @@ def test_crash_wipes_sessions_and_tombstones_until_restart(engine_factory, role)
     rig.prefill("t", 0, 0, 1)
     with pytest.raises(CacheMiss):
         rig.decode("s", 0, 3)
+
+
+@pytest.mark.fixture_choice(WORDING)
+def test_a_down_engine_says_which_layers_and_how_to_bring_them_back(engine_factory):
+    rig = _crashing(engine_factory, "middle")
+    _crash(rig)
+    for op, call in (("prefill", lambda: rig.prefill("s", 0, 0, 1)), ("cancel", lambda: rig.engine.cancel("s", 0))):
+        with pytest.raises(EngineCrashed) as info:
+            call()
+        assert str(info.value) == f"{op}: engine for layers 1..3 is down; restart() brings it back empty"
 
 
 def test_restart_of_a_running_engine_empties_it(rig):

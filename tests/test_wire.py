@@ -101,8 +101,16 @@ def test_golden_layout_of_each_kind():
 
 
 def test_dumps_refuses_what_the_wire_does_not_carry():
-    with pytest.raises(TypeError, match="wire.dumps"):
-        wire.dumps({"kind": "token_bundle"})
+    for junk in ({"kind": "token_bundle"}, None, HiddenBundle):
+        with pytest.raises(TypeError) as info:
+            wire.dumps(junk)
+        assert str(info.value) == ("wire.dumps takes a bundle, FaultPlan, FaultRule or ShardError, "
+                                   f"got {type(junk).__name__}")
+    bundle = HiddenBundle.sealed("s", 0, 0, 1, [[0.25, 0.5]])
+    for form in ("hex", None, "FLOATS"):
+        with pytest.raises(ValueError) as info:
+            wire.dumps(bundle, hidden=form)
+        assert str(info.value) == f"hidden must be one of ('floats', 'base64'), got {form!r}"
 
 
 GOOD = json.loads(wire.dumps(TokenBundle("s", 1, 0, (1, 2))))
@@ -270,6 +278,10 @@ EXACT = [
      "hidden_bundle.hidden.shape must be [rows, columns] of integers >= 0, got [2147483648, 0]"),
     ("shape past 2**32", _hidden_with(shape=[0, 2**32], base64=""),
      "hidden_bundle.hidden.shape must be [rows, columns] of integers >= 0, got [0, 4294967296]"),
+    ("shape not an array", _hidden_with(shape=5), "hidden_bundle.hidden.shape must be [rows, columns] of integers "
+     ">= 0, got 5"),
+    ("shape of three", _hidden_with(shape=[1, 2, 1]), "hidden_bundle.hidden.shape must be [rows, columns] of integers "
+     ">= 0, got [1, 2, 1]"),
     ("base64 not text", _hidden_with(base64=5), "hidden_bundle.hidden.base64 must be a string, got an integer"),
     ("base64 with a space", _hidden_with(base64="AACA PgAAAD8="),
      "hidden_bundle.hidden.base64 is not base64: Only base64 data is allowed"),
