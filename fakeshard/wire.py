@@ -174,9 +174,8 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
     # The checksum is defined over the values rounded to float32, so a float32 copy keeps it;
     # only float16 changes the values it covers.
     if dtype != "float32":
-        was_valid = checksum == hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
-                                                bundle.layer, source, bundle.contract)
-        if was_valid:
+        if checksum == hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
+                                       bundle.layer, source, bundle.contract):
             checksum = hidden_checksum(bundle.session_id, bundle.epoch, bundle.start_pos,
                                        bundle.layer, values, bundle.contract)
     return values, checksum
