@@ -21,6 +21,7 @@ VECTORS = [
     ("s1", 0, 0, 1, [[0.5, -0.25, 0.0, 1.0]], "312b2ef2fb97af6d"),
     ("s1", 3, 7, 2, [[0.5, -0.25, 0.0, 1.0], [0.1, 2.0, -3.5, 0.001]], "7b63b92c3c4e018d"),
     ("模型-ü", 1, 0, 5, [[-1.0, 0.999969482421875, 0.0, -0.0]], "f9b6158613c79956"),
+    ("s\udc80", 0, 0, 1, [[0.5, -0.25, 0.0, 1.0]], "470ec5b3d13ac5eb"),  # a lone surrogate
 ]
 FIRST_FRAME_HEADER = (b'{"kind":"hidden_bundle","contract":"1","session_id":"s1","epoch":0,"start_pos":0,'
                       b'"layer":1,"hidden":{"dtype":"float32","shape":[1,4]},"checksum":"312b2ef2fb97af6d"}')
@@ -340,7 +341,6 @@ HIDDEN_ROWS_BAD = [
 ]
 
 
-
 def _read_unchecked(frame):
     return lambda data: wire.loads_unchecked(data, frame=frame)
 
@@ -476,12 +476,11 @@ def test_an_array_bundle_is_unequal_to_one_holding_what_is_no_number():
 
 def test_a_session_id_with_a_lone_surrogate_has_a_checksum():
     # JSON's "\\udc80" makes such a str; the header holds the code point's three UTF-8 bytes
-    # (docs/contract.md, The hidden checksum), so it has exactly one checksum.
+    # (docs/contract.md, The hidden checksum): the table's vector is this hash of these bytes.
     header = b"1\x00s\xed\xb2\x80\x000\x000\x001\x001x4\x00"
     values = struct.pack("<4f", 0.5, -0.25, 0.0, 1.0)
-    expected = xxhash.xxh3_64(header + values).hexdigest()
-    assert expected == "470ec5b3d13ac5eb"
+    assert xxhash.xxh3_64(header + values).hexdigest() == "470ec5b3d13ac5eb"
     bundle = HiddenBundle.sealed("s\udc80", 0, 0, 1, [[0.5, -0.25, 0.0, 1.0]])
-    assert bundle.checksum == expected and validate(bundle) is bundle
+    assert validate(bundle) is bundle
     back = wire.loads(wire.dumps(bundle))
     assert back == bundle and back.session_id == "s\udc80"
