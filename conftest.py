@@ -18,3 +18,22 @@ if not any(ep.value == "fakeshard.testing.plugin" for ep in metadata.entry_point
     pytest_plugins = ["fakeshard.testing.plugin"]
 
 profiles.load_default()
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """``fakeshard mutate --tests machines``: keep only what is collected under ``stateful/``."""
+    import os
+
+    tests = os.environ.get("FAKESHARD_MUTATE_TESTS")
+    if not tests:
+        return
+    import pytest
+
+    from fakeshard.mutate import MutateError, keeps
+
+    try:
+        kept = [keeps(tests, item.path, config.rootpath) for item in items]
+    except MutateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.hook.pytest_deselected(items=[item for item, keep in zip(items, kept) if not keep])
+    items[:] = [item for item, keep in zip(items, kept) if keep]

@@ -78,8 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     mutate = sub.add_parser("mutate", help="mutation score of the contract logic (mutmut; the checkout's "
                                            "[tool.mutmut]) written to the evidence folder")
     mutate.add_argument("--workers", type=int, default=2, help="mutants tested at once (default 2)")
-    mutate.add_argument("--dest", type=Path, default=Path("evidence/DGR-032/mutation"),
-                        help="report folder, which holds reasons.json (default evidence/DGR-032/mutation)")
+    mutate.add_argument("--tests", choices=("suite", "machines"), default="suite",
+                        help="the test command: [tool.mutmut]'s (suite, the default) or only the state "
+                             "machines and what else is under stateful/ (machines)")
+    mutate.add_argument("--dest", type=Path, default=None,
+                        help="report folder, which holds reasons.json (default evidence/DGR-032/mutation, "
+                             "and its machines/ folder for --tests machines)")
     mutate.add_argument("--resume", action="store_true",
                         help="keep the results of an earlier run (mutants/) and test only what has none")
     mutate.add_argument("--report-only", action="store_true",
@@ -289,11 +293,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _mutate(args: argparse.Namespace) -> int:
-    from fakeshard.mutate import MutateError, MutateOptions, run_mutate, write_report
+    from fakeshard.mutate import DEFAULT_DEST, MutateError, MutateOptions, run_mutate, write_report
 
-    options = MutateOptions(workers=args.workers, dest=args.dest, resume=args.resume, report_only=args.report_only)
-    argv = ["mutate", "--workers", str(args.workers)] + (["--dest", str(args.dest)]
-                                                         if args.dest != MutateOptions.dest else [])
+    dest = args.dest if args.dest is not None else DEFAULT_DEST[args.tests]
+    options = MutateOptions(workers=args.workers, dest=dest, tests=args.tests, resume=args.resume,
+                            report_only=args.report_only)
+    argv = ["mutate", "--workers", str(args.workers)] + (["--tests", args.tests] if args.tests != "suite" else []) \
+        + (["--dest", str(dest)] if dest != DEFAULT_DEST[args.tests] else [])
     try:
         run = run_mutate(options)
         met = write_report(run, options, argv=argv)

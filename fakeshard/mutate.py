@@ -58,10 +58,22 @@ class MutateError(Exception):
     """Bad options or a checkout that cannot be mutated; the message says which."""
 
 
+#: The test commands a run can use: ``suite`` is ``[tool.mutmut]``'s (the contract suite's fast
+#: modules, then the state machines); ``machines`` keeps only what it collects under ``stateful/``
+#: (the state machines, the saved traces and the probe check).
+TEST_SETS = ("suite", "machines")
+#: What tells the checkout's ``conftest.py`` to keep only the machines (set by ``--tests machines``).
+TESTS_ENV = "FAKESHARD_MUTATE_TESTS"
+#: Where each test command's report goes by default (each folder keeps its own ``reasons.json``).
+DEFAULT_DEST = {"suite": Path("evidence/DGR-032/mutation"), "machines": Path("evidence/DGR-032/mutation/machines")}
+
+
 @dataclass
 class MutateOptions:
     workers: int = 2
-    dest: Path = Path("evidence/DGR-032/mutation")
+    dest: Path = DEFAULT_DEST["suite"]
+    #: Which test command (:data:`TEST_SETS`).
+    tests: str = "suite"
     #: Keep mutmut's results from an earlier run (``mutants/``) and test only what is new.
     resume: bool = False
     #: Run nothing: write the report again from the last run's results (after editing reasons.json).
@@ -77,9 +89,10 @@ class MutationRun:
     elapsed: float = 0.0
     returncode: int = 0
     log_tail: str = ""
-    #: The commit and the workers of the run (as recorded by it), where known.
+    #: The commit, the workers and the test command of the run (as recorded by it), where known.
     commit: str = ""
     workers: int = 0
+    tests: str = ""
 
 
 def _root() -> Path:
@@ -153,11 +166,20 @@ def _load_reasons(path: Path) -> list[dict[str, str]]:
     return data
 
 
-def _env(traces: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+def _env(traces: Path, tests: str = "suite") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED + (TESTS_ENV,)}
     env["FAKESHARD_TRACES_DIR"] = str(traces)  # a mutant's failures are not regressions to keep
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if tests != "suite":
+        env[TESTS_ENV] = tests
     return env
+
+
+def keeps(tests: str, path: Path, root: Path) -> bool:
+    """Whether the test command ``tests`` runs the test file ``path`` of the checkout ``root``."""
+    if tests not in TEST_SETS:
+        raise MutateError(f"{TESTS_ENV}={tests!r} is not one of {TEST_SETS}")
+    return tests == "suite" or (root / "stateful") in path.parents
 
 
 _STATUS_LINE = re.compile(r"^\s+(\S+): (.+)$")
@@ -190,6 +212,8 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
     """
     if options.workers < 1:
         raise MutateError(f"--workers must be >= 1, got {options.workers}")
+    if options.tests not in TEST_SETS:
+        raise MutateError(f"--tests must be one of {', '.join(TEST_SETS)}, got {options.tests!r}")
     try:
         import mutmut  # noqa: F401
     except ImportError:
@@ -197,11 +221,15 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
     root = _root()
     _mutmut_config(root)
     if options.report_only:
-        return _last_run(root)
+        run = _last_run(root)
+        if run.tests != options.tests:
+            raise MutateError(f"the last run used --tests {run.tests}, not --tests {options.tests}: "
+                              f"its results cannot be reported as the other command's")
+        return run
     if not options.resume:
         shutil.rmtree(root / "mutants", ignore_errors=True)
     traces = Path(tempfile.mkdtemp(prefix="fakeshard-mutate-traces-"))
-    env = _env(traces)
+    env = _env(traces, options.tests)
     log = root / "mutants.log"
     started = time.monotonic()
     last = ""
@@ -223,7 +251,7 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
     (root / "mutants").mkdir(exist_ok=True)
     (root / "mutants" / RUN_RECORD).write_text(json.dumps({
         "elapsed_s": elapsed, "returncode": proc.returncode, "workers": options.workers,
-        "commit": _git(root, "rev-parse", "HEAD"), "log_tail": "\n".join(_log_lines(log)[-12:]),
+        "commit": _git(root, "rev-parse", "HEAD"), "tests": options.tests, "log_tail": "\n".join(_log_lines(log)[-12:]),
     }), encoding="utf-8")
     return _last_run(root)
 
@@ -238,6 +266,7 @@ def _last_run(root: Path) -> MutationRun:
                       returncode=int(record["returncode"]), log_tail=record.get("log_tail", ""))
     run.commit = record.get("commit", "")
     run.workers = int(record.get("workers", 0))
+    run.tests = record.get("tests", "suite")
     for name, status in run.statuses.items():
         if status in NOT_KILLED:
             run.diffs[name] = _diff(root, env, name)
@@ -273,6 +302,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     workers = run.workers or options.workers
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", "fakeshard", "tests",
                       "stateful", "pyproject.toml"))
+    tests = run.tests or options.tests
     survivors = sorted(run.diffs)
     explained = {n: reason_for(n, run.diffs[n], reasons) for n in survivors}
 
@@ -289,7 +319,9 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         + (f" (the report written on `{head}`)" if commit != head else "")
         + (" (with uncommitted changes to the code or tests)" if dirty else "") + ".",
         "This is fixture evidence about the test suite: how many deliberate small changes to",
-        "`FakeShardEngine`'s contract logic the contract suite and the state machines notice. It says",
+        "`FakeShardEngine`'s contract logic "
+        + ("the state machines alone (`--tests machines`)" if tests == "machines"
+           else "the contract suite and the state machines") + " notice. It says",
         "nothing of a real model engine, and a mutant killed by one test is not a bug that test would",
         "catch in another engine.",
         "",
@@ -312,7 +344,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
         "```sh",
         "python3 -m pip install -e '.[test,mutate]'",
-        f"python3 -m fakeshard mutate --workers {workers}",
+        f"python3 -m fakeshard mutate --workers {workers}" + (f" --tests {tests}" if tests != "suite" else ""),
         "```",
         "",
         "| | |",
@@ -327,7 +359,9 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         f"| workers | {workers} |",
         f"| elapsed | {run.elapsed:.0f} s |",
         "",
-        "The test command and the mutated modules are `[tool.mutmut]` in `pyproject.toml`; the",
+        "The test command and the mutated modules are `[tool.mutmut]` in `pyproject.toml`"
+        + (" (the test command cut to what it collects under `stateful/`: the machines, the saved "
+           "traces and the probe check)" if tests == "machines" else "") + "; the",
         "profile is `fakeshard-mutate` (`fakeshard/testing/profiles.py`).",
         "",
         f"## Mutants not killed ({len(survivors)})",
@@ -354,7 +388,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     ]
     (dest / "README.md").write_text("\n".join(lines), encoding="utf-8")
     (dest / "results.json").write_text(json.dumps({
-        "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": workers,
+        "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": workers, "tests": tests,
         "mutmut": _version("mutmut"), "returncode": run.returncode, "goal_met": met,
         "modules": {m: dict(sorted(c.items())) for m, c in sorted(by_module.items())},
         "score": {m: round(score(c), 2) for m, c in sorted(by_module.items())} | {"all": round(score(overall), 2)},

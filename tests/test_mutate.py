@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml with tomllib (Python 3.11+)")
 
 from fakeshard.cli import main  # noqa: E402
-from fakeshard.mutate import (MutateError, MutateOptions, MutationRun, module_of, modules,  # noqa: E402
-                              reason_for, score, write_report)
+from fakeshard.mutate import (RUN_RECORD, TESTS_ENV, MutateError, MutateOptions, MutationRun,  # noqa: E402
+                              keeps, module_of, modules, reason_for, run_mutate, score, write_report)
 
 ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
 
@@ -96,6 +96,78 @@ def test_reasons_that_are_not_a_list_of_entries_are_refused(tmp_path):
     (tmp_path / "reasons.json").write_text('{"mutants": "x"}', encoding="utf-8")
     with pytest.raises(MutateError, match="expected a list"):
         write_report(_run({}), MutateOptions(dest=tmp_path), argv=["mutate"])
+
+
+def test_the_machines_command_keeps_only_what_is_under_stateful(tmp_path):
+    root = tmp_path
+    assert keeps("machines", root / "stateful" / "test_machines.py", root)
+    assert not keeps("machines", root / "tests" / "test_wire.py", root)
+    assert not keeps("machines", root / "stateful.py", root)
+    assert keeps("suite", root / "tests" / "test_wire.py", root)
+    with pytest.raises(MutateError, match="FAKESHARD_MUTATE_TESTS='all' is not one of"):
+        keeps("all", root / "stateful" / "test_machines.py", root)
+
+
+def test_the_checkout_collects_only_the_machines_for_the_machines_command():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def collected(tests):
+        env = {k: v for k, v in os.environ.items() if k != TESTS_ENV}
+        if tests:
+            env[TESTS_ENV] = tests
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider",
+                               "tests/test_clock.py", "stateful/test_regressions.py"], cwd=root, env=env,
+                              capture_output=True, text=True)
+        return proc.returncode, [line for line in proc.stdout.splitlines() if "::" in line], proc.stdout + proc.stderr
+
+    code, items, _ = collected("machines")
+    assert code == 0 and items and all(item.startswith("stateful/") for item in items)
+    code, everything, _ = collected(None)
+    assert code == 0 and any(item.startswith("tests/test_clock.py") for item in everything)
+    assert set(items) == {item for item in everything if item.startswith("stateful/")}
+    code, _, out = collected("bogus")
+    assert code != 0 and "FAKESHARD_MUTATE_TESTS='bogus' is not one of" in out
+
+
+def test_the_machines_report_names_its_command(tmp_path):
+    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
+                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
+    run = _run(statuses)
+    run.tests = "machines"
+    write_report(run, MutateOptions(dest=tmp_path, tests="machines"), argv=["mutate", "--tests", "machines"])
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "the state machines alone (`--tests machines`)" in text
+    assert "python3 -m fakeshard mutate --workers 2 --tests machines" in text
+    assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["tests"] == "machines"
+    write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=["mutate"])
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "--tests" not in text and "the contract suite and the state machines notice" in text
+
+
+def test_a_report_only_of_the_other_command_is_refused(tmp_path, monkeypatch):
+    pytest.importorskip("mutmut", reason="run_mutate needs mutmut (the mutate extra)")
+    import fakeshard.mutate as mutate
+
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / "mutants" / RUN_RECORD).write_text(json.dumps(
+        {"elapsed_s": 1.0, "returncode": 0, "workers": 2, "tests": "suite"}), encoding="utf-8")
+    monkeypatch.setattr(mutate, "_root", lambda: tmp_path)
+    monkeypatch.setattr(mutate, "_mutmut_config", lambda root: {"only_mutate": ["fakeshard/engine.py"]})
+    monkeypatch.setattr(mutate, "_results", lambda root, env: {"fakeshard.engine.x_f__mutmut_1": "killed"})
+    with pytest.raises(MutateError, match="the last run used --tests suite, not --tests machines"):
+        run_mutate(MutateOptions(tests="machines", report_only=True))
+    assert run_mutate(MutateOptions(report_only=True)).statuses == {"fakeshard.engine.x_f__mutmut_1": "killed"}
+
+
+def test_bad_tests_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["mutate", "--tests", "all"])
+    assert "invalid choice: 'all'" in capsys.readouterr().err
 
 
 def test_bad_workers_is_a_one_line_error(capsys):
