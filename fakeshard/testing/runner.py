@@ -85,6 +85,29 @@ def summarize_expected(expected: Expected) -> dict[str, Any]:
     return out
 
 
+def _values(hidden: Any) -> Any:
+    """A hidden bundle's values as nested lists of floats (NaN as a marker, so that it equals
+    itself), whichever form holds them; anything else as it is."""
+    rows = hidden.tolist() if isinstance(hidden, np.ndarray) else hidden
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rows):
+        return rows
+    return [["nan" if isinstance(v, float) and math.isnan(v) else v for v in row] for row in rows]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two bundles are equal as the contract reads them (the same fields, and the same
+    values whichever form holds them), judged here: a bundle's own ``__eq__`` is code under test.
+    Anything else compares with ``==``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, HiddenBundle):
+        return (a.session_id, a.epoch, a.start_pos, a.layer, a.checksum, a.contract) == \
+            (b.session_id, b.epoch, b.start_pos, b.layer, b.checksum, b.contract) and _values(a.hidden) == _values(b.hidden)
+    if isinstance(a, (SampleBundle, TokenBundle)):
+        return dataclasses.astuple(a) == dataclasses.astuple(b)
+    return bool(a == b)
+
+
 def outputs_match(expected: Any, actual: Any, judge: Judge, token_ok: Callable[[int, Any], bool]) -> bool:
     """Equal, or (for an engine with a stated tolerance) equal as the judge reads real arithmetic.
 
@@ -92,7 +115,7 @@ def outputs_match(expected: Any, actual: Any, judge: Judge, token_ok: Callable[[
     """
     if type(expected) is not type(actual):
         return False
-    if expected == actual:
+    if same(expected, actual):
         return True
     if isinstance(expected, SampleBundle):
         return (expected.session_id, expected.epoch, expected.pos, expected.contract) == \
@@ -126,6 +149,67 @@ def broken_as(actual: Any, clean: Any, kind: str, spec: ShardSpec, n: int) -> bo
     }.get(kind, lambda: False)()
 
 
+def broken_the_fixture_way(clean: Any, kinds: tuple[str, ...], spec: ShardSpec) -> Any:
+    """``clean`` broken by ``kinds`` the way the fixture states it breaks outputs (README, "How
+    ``Malformed`` breaks an output"): the kinds other than ``checksum`` in rule order, each
+    resealing the checksum over the broken contents (``shape`` drops the last column, ``layer``,
+    ``epoch`` and ``position`` add 1, ``session`` appends ``~``, ``nan`` puts a NaN in the first
+    value, ``token_range`` samples ``vocab_size``; a kind the output has no field for changes
+    nothing), then ``checksum``, which damages the checksum only: its first hex digit becomes
+    ``0``, or ``1`` where it was ``0``."""
+    if isinstance(clean, SampleBundle):
+        out = clean
+        for kind in kinds:
+            out = {"token_range": lambda: dataclasses.replace(out, token=spec.vocab_size),
+                   "session": lambda: dataclasses.replace(out, session_id=out.session_id + "~"),
+                   "epoch": lambda: dataclasses.replace(out, epoch=out.epoch + 1),
+                   "position": lambda: dataclasses.replace(out, pos=out.pos + 1)}.get(kind, lambda: out)()
+        return out
+    sid, epoch, start, layer = clean.session_id, clean.epoch, clean.start_pos, clean.layer
+    rows = [list(r) for r in np.asarray(clean.hidden, dtype=np.float64).tolist()]
+    for kind in kinds:
+        if kind == "shape":
+            rows = [r[:-1] for r in rows]
+        elif kind == "nan":
+            rows[0][0] = math.nan
+        elif kind == "layer":
+            layer += 1
+        elif kind == "session":
+            sid += "~"
+        elif kind == "epoch":
+            epoch += 1
+        elif kind == "position":
+            start += 1
+    out = HiddenBundle.sealed(sid, epoch, start, layer, np.array(rows, dtype=np.float32))
+    if "checksum" in kinds:
+        right = out.checksum
+        out = dataclasses.replace(out, checksum=("0" if right[0] != "0" else "1") + right[1:])
+    return out
+
+
+def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
+                 token_ok: Callable[[int, Any], bool]) -> bool:
+    """Whether ``actual`` is ``want`` (:func:`broken_the_fixture_way`): equal for an exact judge;
+    for a stated tolerance, the same fields, the values within it (NaN where ``want`` has NaN),
+    and the checksum sealed over ``actual``'s own contents (damaged, for a ``checksum`` kind)."""
+    if judge.exact or type(want) is not type(actual):
+        return same(want, actual)
+    if isinstance(want, SampleBundle):
+        token = actual.token == want.token if "token_range" in kinds else token_ok(want.token, actual.token)
+        return (want.session_id, want.epoch, want.pos, want.contract) == \
+            (actual.session_id, actual.epoch, actual.pos, actual.contract) and token
+    if (want.session_id, want.epoch, want.start_pos, want.layer, want.contract) != \
+            (actual.session_id, actual.epoch, actual.start_pos, actual.layer, actual.contract):
+        return False
+    a, b = np.asarray(want.hidden, dtype=np.float64), np.asarray(actual.hidden, dtype=np.float64)
+    if a.shape != b.shape or not np.array_equal(np.isnan(a), np.isnan(b)):
+        return False
+    if not judge.rows_match(np.nan_to_num(a).tolist(), np.nan_to_num(b).tolist()):
+        return False
+    right = _resealed(actual)
+    return actual.checksum == (("0" if right[0] != "0" else "1") + right[1:] if "checksum" in kinds else right)
+
+
 def _resealed(bundle: HiddenBundle) -> str:
     return HiddenBundle.sealed(bundle.session_id, bundle.epoch, bundle.start_pos, bundle.layer,
                                bundle.hidden).checksum
@@ -154,6 +238,12 @@ def compare(expected: Expected, actual: Any, spec: ShardSpec, n: int, judge: Jud
             return None
         if type(actual) is not type(expected.output):
             return f"expected a {type(expected.output).__name__}, got {summarize(actual)}"
+        if fixture_choices:
+            want = broken_the_fixture_way(expected.output, expected.malformed, spec)
+            if not broken_alike(want, actual, expected.malformed, judge, token_ok):
+                return (f"Malformed({', '.join(expected.malformed)}) broke the output as {summarize(actual)}, "
+                        f"not the fixture's way: {summarize(want)}")
+            return None
         unbroken = [k for k in applies if not broken_as(actual, expected.output, k, spec, n)]
         if not fixture_choices and len(applies) > 1 and "checksum" in unbroken:
             unbroken.remove("checksum")  # masked by a kind that changed the contents: still refused
@@ -295,7 +385,7 @@ class EngineRunner:
                 except Exception as exc:
                     return (f"{summarize(actual)} does not survive the wire ({form}): "
                             f"{type(exc).__name__}: {exc}")
-                if back != actual:
+                if not same(back, actual):
                     return f"{summarize(actual)} comes back from the wire ({form}) as {summarize(back)}"
         elif isinstance(actual, (SampleBundle, HiddenBundle)):
             # A broken output still crosses a transport as it is, for its receiver to refuse.
@@ -307,7 +397,7 @@ class EngineRunner:
                     back = carry()
                 except Exception as exc:
                     return f"{summarize(actual)} cannot be carried ({form}): {type(exc).__name__}: {exc}"
-                if back != actual:
+                if not same(back, actual):
                     return f"{summarize(actual)} is carried ({form}) as {summarize(back)}"
         return None
 

@@ -45,6 +45,7 @@ from fakeshard.factory import FactoryError, load_factory
 from fakeshard.faults import MALFORMED_KINDS, OPS
 from fakeshard.feeder import Feeder
 from fakeshard.testing.machines import MachineConfig
+from fakeshard.testing.runner import same
 
 
 def _is_int(v: Any) -> bool:
@@ -238,7 +239,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         text = wire.dumps(value)
         if mutation == "none":
             self._count()
-            assert wire.loads(text) == value and wire.loads(text.encode()) == value
+            assert same(wire.loads(text), value) and same(wire.loads(text.encode()), value)
             return
         doc = json.loads(text)
         key = sorted(doc)[index % len(doc)]
@@ -285,14 +286,14 @@ class SurfaceMachine(RuleBasedStateMachine):
             bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
             if form == "frame":
                 back = wire.loadb(wire.dumpb(value, dtype=dtype))
-                assert not bundle or wire.loads_unchecked(wire.dumpb(value, dtype=dtype), frame=True) == back
+                assert not bundle or same(wire.loads_unchecked(wire.dumpb(value, dtype=dtype), frame=True), back)
             else:
                 back = wire.loads(wire.dumps(value, hidden="base64", dtype=dtype))
-                assert not bundle or wire.loads_unchecked(wire.dumps(value, hidden="base64", dtype=dtype)) == back
+                assert not bundle or same(wire.loads_unchecked(wire.dumps(value, hidden="base64", dtype=dtype)), back)
             if hidden and dtype == "float16":
                 assert back.hidden.shape == value.array().shape and validate(back) is back
             else:
-                assert back == value
+                assert same(back, value)
             return
         if form == "base64":
             doc = json.loads(wire.dumps(value, hidden="base64"))
