@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from fakeshard import EngineCrashed, Pipeline, ShardError, wire
+from fakeshard import EngineCrashed, MalformedBundle, Pipeline, ShardError, wire
 
 
 #: How a link encodes bundles: readable JSON, base64 inside JSON, or the binary frame.
@@ -49,7 +49,13 @@ class WireLink:
             out = getattr(self.node, op)(*sent)
         except ShardError as exc:
             raise wire.loads(wire.dumps(exc)) from None
-        return None if out is None else across(out, self.form)
+        try:
+            return None if out is None else across(out, self.form)
+        except MalformedBundle as exc:
+            # Refused on arrival: the error names the call's session and epoch, as an engine's would.
+            session_id, epoch = (args[0].session_id, args[0].epoch) if len(args) == 1 else args
+            raise MalformedBundle(f"the answer to {op} broke the contract on arrival: {exc}",
+                                  session_id=session_id, epoch=epoch) from None
 
     def prefill(self, bundle: Any) -> Any:
         return self._call("prefill", bundle)
@@ -118,6 +124,10 @@ class Coordinator:
         self.replays = 0
         #: Error codes the coordinator has handled, by code.
         self.errors: Counter[str] = Counter()
+        #: Every pipeline call it made, in order: ``(op, session_id, epoch, pos, outcome)``, where
+        #: ``pos`` is where the token it asks for will sit (``None`` for cancel and release)
+        #: and ``outcome`` the answer (a ``SampleBundle``, or ``None``) or the ``ShardError``.
+        self.calls: list[tuple[str, str, int, Any, Any]] = []
 
     @classmethod
     def from_stages(cls, stages: Sequence[Sequence[Any]], *, clock: Any = None) -> "Coordinator":
@@ -181,11 +191,14 @@ class Coordinator:
         s = self.sessions[session_id]
         for _ in range(self.max_attempts):
             pipe = self.pipeline()
+            op, epoch, pos = "prefill" if s.needs_replay else "decode", s.epoch, len(s.history)
             try:
                 sample = self.attempt(session_id, s, pipe)
             except ShardError as exc:
+                self.calls.append((op, session_id, epoch, pos, exc))
                 self.recover(session_id, s, pipe, exc)
                 continue
+            self.calls.append((op, session_id, epoch, pos, sample))
             s.needs_replay = False
             s.generated.append(sample.token)
             return sample.token
@@ -193,14 +206,25 @@ class Coordinator:
 
     def release(self, session_id: str) -> None:
         """Release the session on every stage of the route (retrying through faults)."""
+        self._close("release", session_id, self.release_route)
+
+    def cancel(self, session_id: str) -> None:
+        """Cancel the session on every stage of the route (retrying through faults): each
+        stage frees its cache and refuses the session's epoch from then on."""
+        self._close("cancel", session_id, lambda sid, s, pipe: pipe.cancel(sid, s.epoch))
+
+    def _close(self, op: str, session_id: str, close: Any) -> None:
         s = self.sessions[session_id]
         for _ in range(self.max_attempts):
             pipe = self.pipeline()
+            epoch = s.epoch
             try:
-                self.release_route(session_id, s, pipe)
+                close(session_id, s, pipe)
             except ShardError as exc:
+                self.calls.append((op, session_id, epoch, None, exc))
                 self._failed(pipe, exc)
                 continue
+            self.calls.append((op, session_id, epoch, None, None))
             s.open = False
             return
-        raise GaveUp(f"session {session_id!r}: release kept failing")
+        raise GaveUp(f"session {session_id!r}: {op} kept failing")

@@ -23,6 +23,8 @@ from fakeshard import (
     FaultRule,
     Malformed,
     MemoryPressure,
+    SampleBundle,
+    ShardError,
     ShardSpec,
     VirtualClock,
     wire,
@@ -94,14 +96,20 @@ class FailoverRunner:
         is_open = sid in c.sessions and c.sessions[sid].open
         if is_open != (op != "start"):
             raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")
+        if op not in ("start", "next", "release", "cancel"):
+            raise InvalidStep(f"unknown failover step {op!r}")
         self.trace.steps.append(step)
         before = (c.reroutes, c.replays)
+        calls_before = len(c.calls)
         try:
             if op == "start":
                 c.start(sid, step["prompt"])
                 result: Any = None
             elif op == "next":
                 result = c.next_token(sid)
+            elif op == "cancel":
+                c.cancel(sid)
+                result = None
             else:
                 c.release(sid)
                 result = None
@@ -116,10 +124,43 @@ class FailoverRunner:
                       + (["failover:replay"] if c.replays > before[1] else [])
                       + [f"code:{code}" for code in (c.errors - errors_before).elements()]
                       + [f"fault:{name}" for name in (self._fired() - fired_before).elements()])
-        problem = self.invariant_problem()
+        problem = self.answers_problem(c.calls[calls_before:]) or self.invariant_problem()
+        if problem is None and op == "cancel":
+            problem = self.cancelled_problem(sid)
         if problem is not None:
             self.trace.failure = f"step {len(self.trace.steps)} ({op} {sid}): {problem}"
             raise Divergence(self.trace.failure)
+
+    @staticmethod
+    def answers_problem(calls: list[tuple[str, str, int, Any, Any]]) -> Optional[str]:
+        """Every answer a Pipeline gave answers its request, and every error names the request's
+        session and epoch (the contract's Errors table; a Pipeline checks each stage's output
+        against the request before passing anything on)."""
+        for op, sid, epoch, pos, outcome in calls:
+            if isinstance(outcome, ShardError):
+                if (outcome.session_id, outcome.epoch) != (sid, epoch):
+                    return (f"{op} of {sid!r} at epoch {epoch} failed with {outcome.code} naming session "
+                            f"{outcome.session_id!r} epoch {outcome.epoch!r}")
+            elif op in ("prefill", "decode"):
+                got = (getattr(outcome, "session_id", None), getattr(outcome, "epoch", None),
+                       getattr(outcome, "pos", None))
+                if not isinstance(outcome, SampleBundle) or got != (sid, epoch, pos):
+                    return (f"the pipeline's {op} of {sid!r} at epoch {epoch}, for the token at {pos}, "
+                            f"answered {outcome!r}")
+            elif outcome is not None:
+                return f"the pipeline's {op} of {sid!r} returned {outcome!r}, not None"
+        return None
+
+    def cancelled_problem(self, sid: str) -> Optional[str]:
+        """After a cancel, every node of the route holds the session cancelled at its epoch, with
+        nothing cached (the contract's session table, cancel column)."""
+        epoch = self.coordinator.sessions[sid].epoch
+        for stage, node in enumerate(self.coordinator.route):
+            view = node.session(sid)
+            got = None if view is None else (view.epoch, view.status, view.cached_tokens)
+            if got != (epoch, "cancelled", 0):
+                return f"after cancelling {sid!r} at epoch {epoch}, stage {stage} holds it as {got}"
+        return None
 
     def _fired(self) -> Counter[str]:
         """Faults fired so far, by kind, where the engine reports them (``fault_log`` is not
@@ -190,6 +231,6 @@ class FailoverMachine(FinishingMachine):
         self._run({"op": "next", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
 
     @precondition(lambda self: bool(self._sessions(open_=True)))
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        self._run({"op": "release", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+    @rule(data=st.data(), op=st.sampled_from(["release", "release", "cancel"]))
+    def release(self, data: st.DataObject, op: str) -> None:
+        self._run({"op": op, "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
