@@ -1,0 +1,71 @@
+"""The failover machine's checks of the Pipeline: each is shown to catch a Pipeline that breaks it
+(a copy of the Pipeline with one check left out), and to pass the Pipeline as it is."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakeshard import FakeShardEngine, FaultPlan, FaultRule, Malformed, Pipeline
+from fakeshard.testing.failover import N_NODES, FailoverRunner
+from fakeshard.testing.runner import Divergence
+
+TAIL = 2  # node 2 serves the last range and is on the route at first
+
+
+def _runner(plans=None):
+    plans = plans or [FaultPlan()] * N_NODES
+    return FailoverRunner(FakeShardEngine, factory_name="fakeshard:FakeShardEngine", seed=0, plans=plans)
+
+
+def _tail_breaks(kind):
+    plans = [FaultPlan()] * N_NODES
+    plans[TAIL] = FaultPlan((FaultRule(Malformed(kind), op="prefill", count=1),))
+    return plans
+
+
+@pytest.mark.parametrize("kind", ["session", "epoch", "position"])
+def test_an_answer_that_does_not_answer_its_request_is_caught(monkeypatch, kind):
+    steps = [{"op": "start", "session_id": "p", "prompt": [1, 2]}, {"op": "next", "session_id": "p"}]
+    runner = _runner(_tail_breaks(kind))
+    for step in steps:  # the Pipeline refuses the broken answer; the coordinator replays
+        runner.run(step)
+    assert runner.coordinator.replays == 1
+    monkeypatch.setattr(Pipeline, "_check", lambda self, *args: None)
+    runner = _runner(_tail_breaks(kind))
+    runner.run(steps[0])
+    with pytest.raises(Divergence, match="answered SampleBundle"):
+        runner.run(steps[1])
+
+
+def test_an_error_that_does_not_name_the_request_is_caught(monkeypatch):
+    steps = [{"op": "start", "session_id": "p", "prompt": [1, 2]}, {"op": "next", "session_id": "p"}]
+    original = Pipeline._check
+
+    def unnamed(self, *args):
+        try:
+            original(self, *args)
+        except Exception as exc:
+            raise type(exc)(str(exc)) from None
+
+    monkeypatch.setattr(Pipeline, "_check", unnamed)
+    runner = _runner(_tail_breaks("epoch"))
+    runner.run(steps[0])
+    with pytest.raises(Divergence, match="naming session None epoch None"):
+        runner.run(steps[1])
+
+
+def test_a_cancel_that_misses_a_stage_is_caught(monkeypatch):
+    steps = [{"op": "start", "session_id": "p", "prompt": [1, 2]}, {"op": "next", "session_id": "p"},
+             {"op": "cancel", "session_id": "p"}]
+    runner = _runner()
+    for step in steps:
+        runner.run(step)
+    assert all(node.session("p").status == "cancelled" for node in runner.coordinator.route)
+    runner.finish()  # a cancelled session holds nothing
+    monkeypatch.setattr(Pipeline, "cancel", lambda self, sid, epoch: [s.cancel(sid, epoch) for s in self.stages[:-1]]
+                        and None)
+    runner = _runner()
+    for step in steps[:2]:
+        runner.run(step)
+    with pytest.raises(Divergence, match=r"stage 2 holds it as \(0, 'live', 2\)"):
+        runner.run(steps[2])
