@@ -108,6 +108,17 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def equality_problem(a: Any, b: Any) -> Optional[str]:
+    """Whether the bundles' own ``==`` says what the contract says ("bundles are equal when their
+    fields and values are, whichever form holds the values"); ``None`` if so, or if either is
+    no bundle."""
+    if not (isinstance(a, (HiddenBundle, SampleBundle)) and isinstance(b, (HiddenBundle, SampleBundle))):
+        return None
+    if (a == b) != same(a, b) or (b == a) != same(a, b):
+        return f"{summarize(a)} == {summarize(b)} is {a == b}, but the bundles are {'' if same(a, b) else 'not '}equal"
+    return None
+
+
 def outputs_match(expected: Any, actual: Any, judge: Judge, token_ok: Callable[[int, Any], bool]) -> bool:
     """Equal, or (for an engine with a stated tolerance) equal as the judge reads real arithmetic.
 
@@ -346,6 +357,8 @@ class EngineRunner:
         problem = compare(expected, actual, self.spec, n, self.judge, lambda want, got: self.judge.token_ok(
             self.spec, self.seed, self.model.history(step["session_id"]), want, got), self.fixture_choices)
         if problem is None:
+            problem = equality_problem(expected.output, actual)
+        if problem is None:
             problem = self._check_wire(actual)
         if problem is None:
             problem = self.invariant_problem()
@@ -387,6 +400,8 @@ class EngineRunner:
                             f"{type(exc).__name__}: {exc}")
                 if not same(back, actual):
                     return f"{summarize(actual)} comes back from the wire ({form}) as {summarize(back)}"
+                if equality_problem(back, actual):
+                    return equality_problem(back, actual)
         elif isinstance(actual, (SampleBundle, HiddenBundle)):
             # A broken output still crosses a transport as it is, for its receiver to refuse.
             forms = [("json", lambda: wire.loads_unchecked(wire.dumps(actual)))]
@@ -399,6 +414,8 @@ class EngineRunner:
                     return f"{summarize(actual)} cannot be carried ({form}): {type(exc).__name__}: {exc}"
                 if not same(back, actual):
                     return f"{summarize(actual)} is carried ({form}) as {summarize(back)}"
+                if equality_problem(back, actual):
+                    return equality_problem(back, actual)
         return None
 
     def finish(self) -> None:

@@ -1,13 +1,16 @@
-"""The failover machine's checks of the Pipeline: each is shown to catch a Pipeline that breaks it
-(a copy of the Pipeline with one check left out), and to pass the Pipeline as it is."""
+"""Checks the machines make of code they also use: each is shown to catch a copy of that code
+with one rule broken, and to pass the code as it is (the failover machine's checks of the
+Pipeline; the runner's check of a bundle's own equality)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fakeshard import FakeShardEngine, FaultPlan, FaultRule, Malformed, Pipeline
+import numpy as np
+
+from fakeshard import FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, Pipeline
 from fakeshard.testing.failover import N_NODES, FailoverRunner
-from fakeshard.testing.runner import Divergence
+from fakeshard.testing.runner import Divergence, equality_problem
 
 TAIL = 2  # node 2 serves the last range and is on the route at first
 
@@ -69,3 +72,14 @@ def test_a_cancel_that_misses_a_stage_is_caught(monkeypatch):
         runner.run(step)
     with pytest.raises(Divergence, match=r"stage 2 holds it as \(0, 'live', 2\)"):
         runner.run(steps[2])
+
+
+def test_a_bundle_equality_that_disagrees_with_the_contract_is_caught(monkeypatch):
+    rows = HiddenBundle.sealed("s", 0, 0, 1, [(0.5, -0.25), (0.0, float("nan"))])
+    array = HiddenBundle.sealed("s", 0, 0, 1, np.array(rows.rows(), dtype=np.float32))
+    other = HiddenBundle.sealed("s", 1, 0, 1, rows.rows())
+    assert equality_problem(rows, array) is None and equality_problem(rows, other) is None
+    monkeypatch.setattr(HiddenBundle, "__eq__", lambda self, o: True)
+    assert "is True, but the bundles are not equal" in equality_problem(rows, other)
+    monkeypatch.setattr(HiddenBundle, "__eq__", lambda self, o: self.rows() == o.rows())  # NaN != NaN
+    assert "is False, but the bundles are equal" in equality_problem(rows, array)
