@@ -201,6 +201,33 @@ def _diff(root: Path, env: dict[str, str], name: str) -> str:
         else f"(mutmut show failed: {proc.stderr.strip()[-300:]})"
 
 
+#: Every diff in one process (``mutmut show`` takes about a second per mutant, most of it
+#: start-up): mutmut's own functions behind ``show``, which are not a documented API, so a
+#: failure falls back to one ``mutmut show`` per mutant.
+_BATCH_DIFFS = """
+import json, sys
+from mutmut.__main__ import find_mutant, get_diff_for_mutant
+names = json.load(sys.stdin)
+json.dump({name: get_diff_for_mutant(name, path=find_mutant(name).path) for name in names}, sys.stdout)
+"""
+
+
+def _diffs(root: Path, env: dict[str, str], names: list[str]) -> dict[str, str]:
+    """The diff of each mutant in ``names``: in one process, or else one ``mutmut show`` each."""
+    if not names:
+        return {}
+    proc = subprocess.run([sys.executable, "-c", _BATCH_DIFFS], cwd=root, env=env, input=json.dumps(names),
+                          capture_output=True, text=True, encoding="utf-8")
+    if proc.returncode == 0:
+        try:
+            diffs = json.loads(proc.stdout)
+        except ValueError:
+            diffs = None
+        if isinstance(diffs, dict) and set(diffs) == set(names) and all(isinstance(v, str) for v in diffs.values()):
+            return diffs
+    return {name: _diff(root, env, name) for name in names}
+
+
 #: What a run records of itself beside mutmut's results, for ``--report-only``.
 RUN_RECORD = "fakeshard-run.json"
 
@@ -267,9 +294,7 @@ def _last_run(root: Path) -> MutationRun:
     run.commit = record.get("commit", "")
     run.workers = int(record.get("workers", 0))
     run.tests = record.get("tests", "suite")
-    for name, status in run.statuses.items():
-        if status in NOT_KILLED:
-            run.diffs[name] = _diff(root, env, name)
+    run.diffs = _diffs(root, env, [name for name, status in run.statuses.items() if status in NOT_KILLED])
     return run
 
 

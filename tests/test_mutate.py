@@ -164,6 +164,24 @@ def test_a_report_only_of_the_other_command_is_refused(tmp_path, monkeypatch):
     assert run_mutate(MutateOptions(report_only=True)).statuses == {"fakeshard.engine.x_f__mutmut_1": "killed"}
 
 
+def test_diffs_come_from_one_process_or_else_one_show_each(tmp_path, monkeypatch):
+    import subprocess
+
+    import fakeshard.mutate as mutate
+
+    names = ["fakeshard.engine.x_f__mutmut_1", "fakeshard.engine.x_f__mutmut_2"]
+    answers = {"batch": subprocess.CompletedProcess([], 0, json.dumps({n: f"+{n}" for n in names}), "")}
+    monkeypatch.setattr(mutate.subprocess, "run", lambda *a, **k: answers["batch"])
+    monkeypatch.setattr(mutate, "_diff", lambda root, env, name: f"shown {name}")
+    assert mutate._diffs(tmp_path, {}, names) == {n: f"+{n}" for n in names}
+    for broken in (subprocess.CompletedProcess([], 1, "", "ImportError"),  # mutmut's functions moved
+                   subprocess.CompletedProcess([], 0, "not json", ""),
+                   subprocess.CompletedProcess([], 0, json.dumps({names[0]: "+x"}), "")):  # one missing
+        answers["batch"] = broken
+        assert mutate._diffs(tmp_path, {}, names) == {n: f"shown {n}" for n in names}
+    assert mutate._diffs(tmp_path, {}, []) == {}
+
+
 def test_bad_tests_is_a_one_line_error(capsys):
     with pytest.raises(SystemExit):
         main(["mutate", "--tests", "all"])
