@@ -83,3 +83,27 @@ def test_a_bundle_equality_that_disagrees_with_the_contract_is_caught(monkeypatc
     assert "is True, but the bundles are not equal" in equality_problem(rows, other)
     monkeypatch.setattr(HiddenBundle, "__eq__", lambda self, o: self.rows() == o.rows())  # NaN != NaN
     assert "is False, but the bundles are equal" in equality_problem(rows, array)
+
+
+def test_a_refusal_of_bad_input_that_does_not_name_the_call_is_caught():
+    from fakeshard import MalformedBundle
+    from fakeshard.testing.machines import role_spec
+    from fakeshard.testing.runner import EngineRunner
+
+    class Unnamed(FakeShardEngine):
+        def prefill(self, bundle):
+            try:
+                return super().prefill(bundle)
+            except MalformedBundle as exc:
+                raise MalformedBundle(str(exc)) from None  # the call's session and epoch dropped
+
+    step = {"op": "prefill", "session_id": "a", "epoch": 2, "start": 0, "tokens": [1], "bad": "range"}
+    ill_typed = {**step, "bad": "epoch_negative"}  # the contract lets such an error name None
+    for factory in (FakeShardEngine, Unnamed):
+        runner = EngineRunner(factory, machine="sessions", factory_name="test", spec=role_spec("full"))
+        runner.run(ill_typed)
+        if factory is FakeShardEngine:
+            runner.run(step)
+        else:
+            with pytest.raises(Divergence, match="malformed_bundle: session_id is None, expected 'a'"):
+                runner.run(step)

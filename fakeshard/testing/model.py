@@ -138,8 +138,10 @@ class Model:
         """Draw the faults, then the first two checks (engine up, valid input).
 
         Returns what fired, its names, the error fields, and the outcome if a
-        check already decided it.  A malformed call's identity may not be
-        well-typed: its errors' fields are not checked.
+        check already decided it.  An error carries the call's own session id and
+        epoch whenever the id is a non-empty str and the epoch an int >= 0, the
+        call malformed or not (the contract's Errors table); where either is
+        ill-typed, each may be the call's value or None, so neither is checked.
         """
         fired = self.faults.draw(op, session_id)
         self.clock += sum(f.seconds for f in fired if type(f).__name__ == "Delay")
@@ -147,11 +149,13 @@ class Model:
             self.crashed = True
             self.sessions = {}
         names = tuple(type(f).__name__ for f in fired)
-        ids = {"session_id": session_id, "epoch": epoch} if valid else {}
+        well_typed = isinstance(session_id, str) and session_id != "" and isinstance(epoch, int) \
+            and not isinstance(epoch, bool) and epoch >= 0
+        ids = {"session_id": session_id, "epoch": epoch} if valid or well_typed else {}
         if self.crashed:
             return fired, names, ids, Expected("engine_crashed", "down", ids, fired=names)
         if not valid:
-            return fired, names, ids, Expected("malformed_bundle", "malformed", fired=names)
+            return fired, names, ids, Expected("malformed_bundle", "malformed", ids, fired=names)
         return fired, names, ids, None
 
     def conditions(self, op: str, session_id: Any, epoch: Any, start: int, n: int, valid: bool,
@@ -187,9 +191,10 @@ class Model:
         return tuple(holds)
 
     def compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
-                valid: bool = True) -> Expected:
-        """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input."""
-        fired, names, ids, decided = self._enter(op, session_id, epoch, valid)
+                valid: bool = True, sent_epoch: Any = None) -> Expected:
+        """prefill/decode of ``tokens`` at ``start``; ``valid=False`` for a malformed input, whose
+        bundle may carry another epoch (``sent_epoch``, which its error must name)."""
+        fired, names, ids, decided = self._enter(op, session_id, epoch if valid else sent_epoch, valid)
         holds = self.conditions(op, session_id, epoch, start, len(tokens), valid, fired)
         if decided is None:
             decided = self._decide_compute(op, session_id, epoch, start, tokens, fired, names, ids)

@@ -347,7 +347,9 @@ class EngineRunner:
             bundle = self._bundle(op, sid, epoch, start, tokens, step.get("bad"))
             # Faults are matched against the session the call names, even a malformed one.
             named = getattr(bundle, "session_id", None)
-            expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None)
+            # An error names the epoch the call sent (a malformed call may send another).
+            expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None,
+                                          sent_epoch=getattr(bundle, "epoch", None))
             actual = _call(getattr(self.engine, op), bundle)
             n = len(tokens)
         self.trace.expected.append(summarize_expected(expected))
