@@ -107,3 +107,21 @@ def test_a_refusal_of_bad_input_that_does_not_name_the_call_is_caught():
         else:
             with pytest.raises(Divergence, match="malformed_bundle: session_id is None, expected 'a'"):
                 runner.run(step)
+
+
+def test_a_view_of_another_session_is_caught():
+    import dataclasses
+
+    from fakeshard.testing.machines import role_spec
+    from fakeshard.testing.runner import EngineRunner
+
+    class Misnamed(FakeShardEngine):
+        def session(self, session_id):
+            view = super().session(session_id)
+            return None if view is None else dataclasses.replace(view, session_id=session_id + "?")
+
+    step = {"op": "prefill", "session_id": "a", "epoch": 0, "start": 0, "tokens": [1]}
+    EngineRunner(FakeShardEngine, machine="sessions", factory_name="test", spec=role_spec("head")).run(step)
+    runner = EngineRunner(Misnamed, machine="sessions", factory_name="test", spec=role_spec("head"))
+    with pytest.raises(Divergence, match=r"session\('a'\) answers a view of session 'a\?'"):
+        runner.run(step)

@@ -439,6 +439,10 @@ class EngineRunner:
             got = None if view is None else (view.epoch, view.status, view.cached_tokens)
             if got != self.model.view(sid):
                 return f"session {sid!r} is {got}, model says {self.model.view(sid)}"
+            # The contract's view has epoch, status and cached_tokens; one that names its session too
+            # must name the session asked for.
+            if view is not None and getattr(view, "session_id", sid) != sid:
+                return f"session({sid!r}) answers a view of session {view.session_id!r}"
         if self.clock.now() != self.model.clock:
             return f"clock at {self.clock.now()}, model says {self.model.clock}"
         return None
