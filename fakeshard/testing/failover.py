@@ -34,7 +34,7 @@ from fakeshard.judge import Judge
 from fakeshard.testing import probes
 from fakeshard.testing.coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing.machines import FinishingMachine
-from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams
+from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams, view_state
 from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
@@ -93,11 +93,11 @@ class FailoverRunner:
         op, sid = step["op"], step["session_id"]
         c = self.coordinator
         errors_before, fired_before = c.errors.copy(), self._fired()
+        if op not in ("start", "next", "release", "cancel"):
+            raise InvalidStep(f"unknown failover step {op!r}")
         is_open = sid in c.sessions and c.sessions[sid].open
         if is_open != (op != "start"):
             raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")
-        if op not in ("start", "next", "release", "cancel"):
-            raise InvalidStep(f"unknown failover step {op!r}")
         self.trace.steps.append(step)
         before = (c.reroutes, c.replays)
         calls_before = len(c.calls)
@@ -156,8 +156,7 @@ class FailoverRunner:
         nothing cached (the contract's session table, cancel column)."""
         epoch = self.coordinator.sessions[sid].epoch
         for stage, node in enumerate(self.coordinator.route):
-            view = node.session(sid)
-            got = None if view is None else (view.epoch, view.status, view.cached_tokens)
+            got = view_state(node.session(sid))
             if got != (epoch, "cancelled", 0):
                 return f"after cancelling {sid!r} at epoch {epoch}, stage {stage} holds it as {got}"
         return None

@@ -114,8 +114,9 @@ def equality_problem(a: Any, b: Any) -> Optional[str]:
     no bundle."""
     if not (isinstance(a, (HiddenBundle, SampleBundle)) and isinstance(b, (HiddenBundle, SampleBundle))):
         return None
-    if (a == b) != same(a, b) or (b == a) != same(a, b):
-        return f"{summarize(a)} == {summarize(b)} is {a == b}, but the bundles are {'' if same(a, b) else 'not '}equal"
+    equal, said = same(a, b), a == b
+    if said != equal or (b == a) != equal:
+        return f"{summarize(a)} == {summarize(b)} is {said}, but the bundles are {'' if equal else 'not '}equal"
     return None
 
 
@@ -192,10 +193,7 @@ def broken_the_fixture_way(clean: Any, kinds: tuple[str, ...], spec: ShardSpec) 
         elif kind == "position":
             start += 1
     out = HiddenBundle.sealed(sid, epoch, start, layer, np.array(rows, dtype=np.float32))
-    if "checksum" in kinds:
-        right = out.checksum
-        out = dataclasses.replace(out, checksum=("0" if right[0] != "0" else "1") + right[1:])
-    return out
+    return dataclasses.replace(out, checksum=_damaged(out.checksum)) if "checksum" in kinds else out
 
 
 def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
@@ -218,7 +216,12 @@ def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
     if not judge.rows_match(np.nan_to_num(a).tolist(), np.nan_to_num(b).tolist()):
         return False
     right = _resealed(actual)
-    return actual.checksum == (("0" if right[0] != "0" else "1") + right[1:] if "checksum" in kinds else right)
+    return actual.checksum == (_damaged(right) if "checksum" in kinds else right)
+
+
+def _damaged(checksum: str) -> str:
+    """The fixture's ``checksum`` break of a right checksum: its first hex digit to ``0``, or ``1``."""
+    return ("0" if checksum[0] != "0" else "1") + checksum[1:]
 
 
 def _resealed(bundle: HiddenBundle) -> str:
@@ -402,8 +405,9 @@ class EngineRunner:
                             f"{type(exc).__name__}: {exc}")
                 if not same(back, actual):
                     return f"{summarize(actual)} comes back from the wire ({form}) as {summarize(back)}"
-                if equality_problem(back, actual):
-                    return equality_problem(back, actual)
+                problem = equality_problem(back, actual)
+                if problem:
+                    return problem
         elif isinstance(actual, (SampleBundle, HiddenBundle)):
             # A broken output still crosses a transport as it is, for its receiver to refuse.
             forms = [("json", lambda: wire.loads_unchecked(wire.dumps(actual)))]
@@ -416,8 +420,9 @@ class EngineRunner:
                     return f"{summarize(actual)} cannot be carried ({form}): {type(exc).__name__}: {exc}"
                 if not same(back, actual):
                     return f"{summarize(actual)} is carried ({form}) as {summarize(back)}"
-                if equality_problem(back, actual):
-                    return equality_problem(back, actual)
+                problem = equality_problem(back, actual)
+                if problem:
+                    return problem
         return None
 
     def finish(self) -> None:
@@ -436,7 +441,7 @@ class EngineRunner:
             return f"used_tokens {self.engine.used_tokens} over capacity {capacity}"
         for sid in sorted(self.known):
             view = self.engine.session(sid)
-            got = None if view is None else (view.epoch, view.status, view.cached_tokens)
+            got = view_state(view)
             if got != self.model.view(sid):
                 return f"session {sid!r} is {got}, model says {self.model.view(sid)}"
             # The contract's view has epoch, status and cached_tokens; one that names its session too
@@ -446,6 +451,11 @@ class EngineRunner:
         if self.clock.now() != self.model.clock:
             return f"clock at {self.clock.now()}, model says {self.model.clock}"
         return None
+
+
+def view_state(view: Any) -> Optional[tuple[int, str, int]]:
+    """A session view as the contract reads it, ``(epoch, status, cached_tokens)``, or ``None``."""
+    return None if view is None else (view.epoch, view.status, view.cached_tokens)
 
 
 def _breaks_alone(bundle: Any) -> bool:
