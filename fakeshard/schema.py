@@ -21,6 +21,7 @@ __all__ = ["SCHEMAS", "document", "schema"]
 
 _I64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
 _NAT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_DIM = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}  # a binary shape's rows or columns
 _CONTRACT = {"const": CONTRACT_VERSION}
 _SESSION = {"type": "string", "minLength": 1}
 _NUMBER = {"type": "number"}
@@ -36,7 +37,7 @@ def _object(kind: str | None, properties: dict[str, Any], optional: tuple[str, .
 
 _HIDDEN_BINARY = _object(None, {
     "dtype": {"enum": ["float32", "float16"]},
-    "shape": {"type": "array", "prefixItems": [_NAT, _NAT], "items": False, "minItems": 2},
+    "shape": {"type": "array", "prefixItems": [_DIM, _DIM], "items": False, "minItems": 2},
     "base64": {"type": "string", "contentEncoding": "base64"},
 })
 
@@ -111,7 +112,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "op": {"enum": list(OPS)}, "session_id": {}, "fault": {"$ref": "#/$defs/fault"}})}}),
     "frame_hidden": _object(None, {
         "dtype": {"enum": ["float32", "float16"]},
-        "shape": {"type": "array", "prefixItems": [_NAT, _NAT], "items": False, "minItems": 2}}),
+        "shape": {"type": "array", "prefixItems": [_DIM, _DIM], "items": False, "minItems": 2}}),
 }
 # A fault rule on its own also carries kind and contract: the body's fields plus those two.
 SCHEMAS["fault_rule"] = _object("fault_rule", dict(SCHEMAS["fault_rule_body"]["properties"]))

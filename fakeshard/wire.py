@@ -487,7 +487,8 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
 
     The object must be a bundle kind with exactly its fields, and binary
     hidden values must have the length their dtype and shape say; every
-    value is taken as it is (JSON arrays as tuples, ``NaN`` allowed), so a
+    value is taken as it is (JSON arrays as tuples, ``NaN`` allowed; integers
+    must still fit in 64 bits, the wire's own rule), so a
     bundle that breaks the contract arrives broken and its receiver's
     :func:`validate` (or engine) refuses it with the error it would give in
     process.  A served node reads requests this way, and the remote client
@@ -528,6 +529,11 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
                 value = _hidden(value, f"{kind}.hidden", payload)
             elif isinstance(value, list):
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            if name != "hidden":  # integers within 64 bits is the wire's own rule, not a value's
+                for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
+                    if type(item) is int and not -(2**63) <= item < 2**63:
+                        raise _Bad(f"{kind}.{name}{f'[{i}]' if isinstance(value, tuple) else ''} "
+                                   f"does not fit in 64 bits")
             values[name] = value
         return cls(**values)
     except _Bad as exc:

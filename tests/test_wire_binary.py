@@ -215,6 +215,10 @@ UNCHECKED_BAD = [
      "got ['contract', 'session_id', 'start_pos', 'tokens']"),
     ("payload on a token frame", _frame(_TOKEN, b"\x01\x02\x03\x04"), True,
      "a frame of kind 'token_bundle' carries no payload, got 4 bytes"),
+    ("an epoch beyond 64 bits", json.dumps({**_TOKEN, "epoch": 2**63}), False,
+     "token_bundle.epoch does not fit in 64 bits"),
+    ("a token below 64 bits", json.dumps({**_TOKEN, "tokens": [1, -(2**63) - 1]}), False,
+     "token_bundle.tokens[1] does not fit in 64 bits"),
 ]
 
 
@@ -230,6 +234,12 @@ def test_unchecked_reading_takes_bytes_and_text_up_to_the_limit():
     assert str(info.value) == f"wire: text is {len(text)} characters, over the limit of {len(text) - 1}"
     named = json.dumps({**_TOKEN, "session_id": "模型"}).encode("utf-8")  # UTF-8, whatever the locale
     assert wire.loads_unchecked(named).session_id == "模型"
+
+
+def test_unchecked_reading_takes_every_64_bit_integer_as_sent():
+    for number in (2**63 - 1, -(2**63)):  # the ends of the range; a negative one is the receiver's to refuse
+        back = wire.loads_unchecked(json.dumps({**_TOKEN, "start_pos": number, "tokens": [number]}))
+        assert (back.start_pos, back.tokens) == (number, (number,))
 
 
 def test_unchecked_reading_returns_an_error_as_the_error_and_keeps_nan():
