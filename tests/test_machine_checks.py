@@ -125,3 +125,47 @@ def test_a_view_of_another_session_is_caught():
     runner = EngineRunner(Misnamed, machine="sessions", factory_name="test", spec=role_spec("head"))
     with pytest.raises(Divergence, match=r"session\('a'\) answers a view of session 'a\?'"):
         runner.run(step)
+
+
+def _reader_edges(index):
+    from fakeshard.testing.machines import MachineConfig
+    from fakeshard.testing.surface import SurfaceMachine
+
+    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
+    machine.seed_pool()
+    machine.reader_edges(index=index)
+
+
+def _lenient_base64(monkeypatch):
+    import binascii
+
+    strict = binascii.a2b_base64
+    monkeypatch.setattr("fakeshard.wire.binascii.a2b_base64", lambda data, strict_mode=False: strict(data))
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_reader_edges_pass_the_reader_as_it_is(index):
+    _reader_edges(index)  # the pool's token bundle, fault plan and hidden bundle
+
+
+def test_a_reader_that_skips_what_base64_does_not_allow_is_caught(monkeypatch):
+    _lenient_base64(monkeypatch)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges(2)
+
+
+@pytest.mark.parametrize("limit", ["max_chars", "max_bytes"])
+def test_a_limit_that_refuses_a_value_of_its_own_size_is_caught(monkeypatch, limit):
+    from fakeshard import MalformedBundle, wire
+
+    name = {"max_chars": "loads", "max_bytes": "loadb"}[limit]
+    original = getattr(wire, name)
+
+    def tight(data, **kw):
+        if kw.get(limit) is not None and len(data) >= kw[limit]:
+            raise MalformedBundle("wire: over the limit")
+        return original(data, **kw)
+
+    monkeypatch.setattr(wire, name, tight)
+    with pytest.raises(MalformedBundle, match="over the limit"):
+        _reader_edges(0)

@@ -11,6 +11,7 @@ Along the way it keeps a pool of values that must survive the wire exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pickle
@@ -359,6 +360,84 @@ class SurfaceMachine(RuleBasedStateMachine):
                 wire.loads_unchecked(broken, frame=True)
             except MalformedBundle:
                 pass
+
+    @rule(index=st.integers(0, 50))
+    def reader_edges(self, index: int) -> None:
+        """The edges the wire section draws for a reader, each met on both sides in one step.
+
+        Integers are signed 64-bit (the schema's bounds), each of a binary shape's two numbers is
+        below 2**31, base64 is RFC 4648 section 4 (its alphabet and padding only), a size limit
+        admits a value of exactly its size, and the transport's reading gives an error back as the
+        error and refuses an error frame with a payload.  Where the structure reads, the value
+        stands or falls by its own rules: ``loads`` gives what the constructor and ``validate``
+        give the same fields, ``loads_unchecked`` gives the fields as sent.
+        """
+        value = self.pool[index % len(self.pool)]
+        bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
+        text = wire.dumps(value)
+        self._count()
+        # A limit admits exactly its size, in characters for text and bytes for bytes and frames.
+        frame = wire.dumpb(value)
+        assert same(wire.loads(text, max_chars=len(text)), value)
+        assert same(wire.loads(text.encode(), max_chars=len(text.encode())), value)
+        assert same(wire.loadb(frame, max_bytes=len(frame)), value)
+        self._expect(False, lambda: wire.loadb(frame, max_bytes=len(frame) - 1), (MalformedBundle,))
+        if bundle or isinstance(value, ShardError):
+            assert same(wire.loads_unchecked(text, max_bytes=len(text)), value)
+            assert same(wire.loads_unchecked(text.encode()), value)
+            assert same(wire.loads_unchecked(frame, frame=True, max_bytes=len(frame)), value)
+            self._expect(False, lambda: wire.loads_unchecked(text, max_bytes=len(text) - 1), (MalformedBundle,))
+            self._expect(False, lambda: wire.loads_unchecked(frame, frame=True, max_bytes=len(frame) - 1),
+                         (MalformedBundle,))
+        if isinstance(value, ShardError):
+            self._expect(False, lambda: wire.loadb(frame + b"\x00"), (MalformedBundle,))
+            self._expect(False, lambda: wire.loads_unchecked(frame + b"\x00", frame=True), (MalformedBundle,))
+        # Integers: signed 64-bit, then the value's own rules.
+        doc = json.loads(text)
+        ints = sorted(k for k, v in doc.items() if _is_int(v))
+        if ints and dataclasses.is_dataclass(value):
+            key = ints[index % len(ints)]
+            for number in (2**63 - 1, -(2**63), 2**63, -(2**63) - 1):
+                edited = json.dumps({**doc, key: number})
+                if not -(2**63) <= number < 2**63:
+                    self._expect(False, lambda: wire.loads(edited), (MalformedBundle,))
+                    if bundle:
+                        self._expect(False, lambda: wire.loads_unchecked(edited), (MalformedBundle,))
+                    continue
+                try:
+                    expected: Any = dataclasses.replace(value, **{key: number})
+                    if bundle:
+                        validate(expected)
+                except (ValueError, TypeError, MalformedBundle):
+                    expected = None
+                if expected is None:
+                    self._expect(False, lambda: wire.loads(edited), (MalformedBundle,))
+                else:
+                    assert same(wire.loads(edited), expected), (key, number)
+                if bundle:
+                    assert getattr(wire.loads_unchecked(edited), key) == number
+        if not isinstance(value, HiddenBundle):
+            return
+        # Base64: the alphabet and the padding, nothing else.
+        doc = json.loads(wire.dumps(value, hidden="base64"))
+        code = doc["hidden"]["base64"]
+        cut = (index % (len(code) // 4)) * 4 + 2  # inside a quantum, where a lenient reader skips
+        for damaged in (code[:cut] + "\n" + code[cut:], code[:cut] + "*" + code[cut:], code + "AAAA",
+                        code.rstrip("=") if code.endswith("=") else code + "="):
+            broken = json.dumps({**doc, "hidden": {**doc["hidden"], "base64": damaged}})
+            self._expect(False, lambda: wire.loads(broken), (MalformedBundle,))
+            self._expect(False, lambda: wire.loads_unchecked(broken), (MalformedBundle,))
+        # A binary shape's numbers are each below 2**31; a shape of no values reads as sent.
+        size = int.from_bytes(frame[4:8], "little")
+        header = json.loads(frame[8:8 + size])
+        for shape in ([2**31 - 1, 0], [0, 2**31 - 1], [0, 0], [2**31, 0], [0, 2**31]):
+            head = json.dumps({**header, "hidden": {**header["hidden"], "shape": shape}}).encode()
+            empty = b"FSB1" + len(head).to_bytes(4, "little") + head
+            self._expect(False, lambda: wire.loadb(empty), (MalformedBundle,))  # no row holds a value
+            if max(shape) < 2**31:
+                assert wire.loads_unchecked(empty, frame=True).array().shape == tuple(shape)
+            else:
+                self._expect(False, lambda: wire.loads_unchecked(empty, frame=True), (MalformedBundle,))
 
     @rule(what=st.sampled_from(["dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary",
                                 "cube_rows", "cube_binary", "compare", "junk_array", "loadb_type",
