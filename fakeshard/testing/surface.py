@@ -416,8 +416,25 @@ class SurfaceMachine(RuleBasedStateMachine):
                     assert same(wire.loads(edited), expected), (key, number)
                 if bundle:
                     assert getattr(wire.loads_unchecked(edited), key) == number
+        if isinstance(value, FaultPlan) and value.rules:
+            # A number is a JSON number: no string, no bool, in any field that holds one.
+            for where in ("probability", "seconds"):
+                for number in ("1", True):
+                    rules = [dict(r) for r in doc["rules"]]
+                    if where == "seconds" and rules[0]["fault"].get("type") == "delay":
+                        rules[0]["fault"] = {**rules[0]["fault"], "seconds": number}
+                    else:
+                        rules[0]["probability"] = number
+                    edited = json.dumps({**doc, "rules": rules})
+                    self._expect(False, lambda: wire.loads(edited), (MalformedBundle,))
         if not isinstance(value, HiddenBundle):
             return
+        # NaN: the strict reader refuses it; the transport's reading carries it to the receiver.
+        carried = json.loads(text)
+        carried["hidden"] = [[math.nan] + list(row[1:]) if i == 0 else row for i, row in enumerate(carried["hidden"])]
+        nan_text = json.dumps(carried)
+        self._expect(False, lambda: wire.loads(nan_text), (MalformedBundle,))
+        assert math.isnan(wire.loads_unchecked(nan_text).hidden[0][0])
         # Base64: the alphabet and the padding, nothing else.
         doc = json.loads(wire.dumps(value, hidden="base64"))
         code = doc["hidden"]["base64"]
