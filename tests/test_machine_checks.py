@@ -169,3 +169,28 @@ def test_a_limit_that_refuses_a_value_of_its_own_size_is_caught(monkeypatch, lim
     monkeypatch.setattr(wire, name, tight)
     with pytest.raises(MalformedBundle, match="over the limit"):
         _reader_edges(0)
+
+
+def _every_malformed_kind(role):
+    from fakeshard.testing.machines import FaultsMachine, MachineConfig
+
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    FaultsMachine(config).every_malformed_kind(role=role, at=0)
+    return config
+
+
+@pytest.mark.parametrize("role", ["head", "tail"])
+def test_every_malformed_kind_passes_the_engine_as_it_is(role):
+    assert _every_malformed_kind(role).steps > 0
+
+
+@pytest.mark.parametrize("role,kind", [("head", "nan"), ("middle", "session"), ("tail", "token_range"),
+                                       ("head", "checksum")])
+def test_a_malformed_kind_that_breaks_nothing_is_caught(monkeypatch, role, kind):
+    import fakeshard.engine
+
+    original = fakeshard.engine.corrupt
+    monkeypatch.setattr(fakeshard.engine, "corrupt",
+                        lambda output, what, spec: output if what == kind else original(output, what, spec))
+    with pytest.raises(Divergence, match=f"Malformed\\({kind}"):
+        _every_malformed_kind(role)

@@ -327,3 +327,44 @@ class FaultsMachine(_EngineMachine):
                 FaultRule(MemoryPressure(1), op="prefill", count=None)) if isinstance(fault, DropResponse) else ()
         plan = FaultPlan(plan.rules + (rule,) + slow, plan.seed)
         self._start(role, capacity, seed, plan)
+
+    malformed_met = False
+
+    @precondition(lambda self: not self.malformed_met)
+    @rule(role=roles, at=st.integers(0, 2**16))
+    def every_malformed_kind(self, role: str, at: int) -> None:
+        """Every ``Malformed`` kind, each alone and ``checksum`` beside another kind, on a fresh
+        engine of ``role`` (a prefill and a decode, the kind on one of them), once a run: a run
+        meets every kind however short it is, where the standing rule meets one.  ``checksum`` also meets
+        outputs whose right checksum starts with ``0`` (the fixture's break writes ``1`` there).
+        Each engine is a run of its own, with its own trace."""
+        self.malformed_met = True  # once a run: the kinds are met, the run's budget is the session rules'
+        pick = spread(at)
+        others = [kind for kind in MALFORMED_KINDS if kind != "checksum"]
+        plans = [(FaultRule(Malformed(kind), nth=1 + pick % 2),) for kind in MALFORMED_KINDS]
+        plans.append((FaultRule(Malformed(others[pick % len(others)]), nth=1), FaultRule(Malformed("checksum"), nth=1)))
+        for rules in plans:
+            self._mini_run(role, FaultPlan(rules), ["m"])
+        # About 1 output in 16 has a right checksum starting with 0: 4 sessions a run, drawn
+        # anew each run, meet one in about 1 run of 4.
+        self._mini_run(role, FaultPlan((FaultRule(Malformed("checksum"), op="prefill", count=None),)),
+                       [f"c{(pick + i) % 64}" for i in range(4)], decode=False)
+
+    def _mini_run(self, role: str, plan: FaultPlan, sids: list[str], decode: bool = True) -> None:
+        runner = EngineRunner(
+            self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
+            spec=role_spec(role, self.config.hidden_size), seed=0, plan=plan, tolerance=self.config.tolerance,
+        )
+        steps: list[dict[str, Any]] = []
+        for sid in sids:
+            steps.append({"op": "prefill", "session_id": sid, "epoch": 0, "start": 0, "tokens": [1, 2, 3]})
+            if decode:
+                steps.append({"op": "decode", "session_id": sid, "epoch": 0, "start": 3, "tokens": [4]})
+            steps.append({"op": "release", "session_id": sid, "epoch": 0})
+        for step in steps:
+            self.config.steps += 1
+            try:
+                runner.run(step)
+            except BaseException:
+                self.config.last_failure = runner.trace
+                raise
