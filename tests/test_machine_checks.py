@@ -194,3 +194,20 @@ def test_a_malformed_kind_that_breaks_nothing_is_caught(monkeypatch, role, kind)
                         lambda output, what, spec: output if what == kind else original(output, what, spec))
     with pytest.raises(Divergence, match=f"Malformed\\({kind}"):
         _every_malformed_kind(role)
+
+
+def test_a_checksum_break_that_leaves_a_checksum_starting_with_0_right_is_caught(monkeypatch):
+    import dataclasses
+
+    import fakeshard.engine
+
+    original = fakeshard.engine.corrupt
+
+    def zero_first(output, what, spec):
+        if what != "checksum":
+            return original(output, what, spec)
+        return dataclasses.replace(output, checksum="0" + original(output, what, spec).checksum[1:])
+
+    monkeypatch.setattr(fakeshard.engine, "corrupt", zero_first)
+    with pytest.raises(Divergence, match="Malformed\\(checksum"):
+        _every_malformed_kind("middle")

@@ -19,11 +19,13 @@ from fakeshard import (
     DropResponse,
     FaultPlan,
     FaultRule,
+    HiddenBundle,
     Malformed,
     MemoryPressure,
     ShardSpec,
 )
 from fakeshard.factory import makes_fixture_choices
+from fakeshard.feeder import Feeder
 from fakeshard.faults import MALFORMED_KINDS
 from fakeshard.testing.runner import BAD_INPUTS, EngineRunner
 from fakeshard.testing.trace import Trace
@@ -334,23 +336,44 @@ class FaultsMachine(_EngineMachine):
     @rule(role=roles, at=st.integers(0, 2**16))
     def every_malformed_kind(self, role: str, at: int) -> None:
         """Every ``Malformed`` kind, each alone and ``checksum`` beside another kind, on a fresh
-        engine of ``role`` (a prefill and a decode, the kind on one of them), once a run: a run
-        meets every kind however short it is, where the standing rule meets one.  ``checksum`` also meets
-        outputs whose right checksum starts with ``0`` (the fixture's break writes ``1`` there).
-        Each engine is a run of its own, with its own trace."""
+        engine of ``role``, once a run: a run meets every kind however short it is, where the
+        standing rule meets one.  ``checksum`` also meets an output whose right checksum starts
+        with ``0`` (the fixture's break writes ``1`` there).  Each engine is a run of its own,
+        with its own trace."""
         self.malformed_met = True  # once a run: the kinds are met, the run's budget is the session rules'
         pick = spread(at)
+        # One session of nine calls (a prefill, eight decodes), each with the next kind (in an
+        # order turned by the draw, so each kind meets prefills and decodes over runs), the last
+        # with checksum beside another kind.
+        kinds = MALFORMED_KINDS[pick % len(MALFORMED_KINDS):] + MALFORMED_KINDS[:pick % len(MALFORMED_KINDS)]
         others = [kind for kind in MALFORMED_KINDS if kind != "checksum"]
-        plans = [(FaultRule(Malformed(kind), nth=1 + pick % 2),) for kind in MALFORMED_KINDS]
-        plans.append((FaultRule(Malformed(others[pick % len(others)]), nth=1), FaultRule(Malformed("checksum"), nth=1)))
-        for rules in plans:
-            self._mini_run(role, FaultPlan(rules), ["m"])
-        # About 1 output in 16 has a right checksum starting with 0: 4 sessions a run, drawn
-        # anew each run, meet one in about 1 run of 4.
+        rules = tuple(FaultRule(Malformed(kind), nth=i + 1) for i, kind in enumerate(kinds))
+        rules += (FaultRule(Malformed(others[pick % len(others)]), nth=len(kinds) + 1),
+                  FaultRule(Malformed("checksum"), nth=len(kinds) + 1))
+        self._mini_run(role, FaultPlan(rules), ["m"], decodes=len(kinds))
+        # About 1 output in 16 has a right checksum starting with 0: a clean engine finds such a
+        # session (at most 64 prefills), and it meets the break beside one drawn session.
+        sids = [f"c{pick % 64}"] + self._zero_checksum_sessions(role)
         self._mini_run(role, FaultPlan((FaultRule(Malformed("checksum"), op="prefill", count=None),)),
-                       [f"c{(pick + i) % 64}" for i in range(4)], decode=False)
+                       sids, decodes=0)
 
-    def _mini_run(self, role: str, plan: FaultPlan, sids: list[str], decode: bool = True) -> None:
+    def _zero_checksum_sessions(self, role: str) -> list[str]:
+        """The first session (of ``z0`` .. ``z63``) whose clean prefill of [1, 2, 3] has a checksum
+        starting with ``0``, as a one-item list; none for a role that samples, or if none has."""
+        spec = role_spec(role, self.config.hidden_size)
+        if spec.role.samples:
+            return []
+        engine = self.config.factory(spec, seed=0)
+        feeder = Feeder(self.config.factory, spec, seed=0)
+        for i in range(64):
+            sid = f"z{i}"
+            out = engine.prefill(feeder.bundle(sid, 0, 0, [1, 2, 3], 3))
+            engine.release(sid, 0)
+            if isinstance(out, HiddenBundle) and out.checksum.startswith("0"):
+                return [sid]
+        return []
+
+    def _mini_run(self, role: str, plan: FaultPlan, sids: list[str], decodes: int) -> None:
         runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
             spec=role_spec(role, self.config.hidden_size), seed=0, plan=plan, tolerance=self.config.tolerance,
@@ -358,8 +381,8 @@ class FaultsMachine(_EngineMachine):
         steps: list[dict[str, Any]] = []
         for sid in sids:
             steps.append({"op": "prefill", "session_id": sid, "epoch": 0, "start": 0, "tokens": [1, 2, 3]})
-            if decode:
-                steps.append({"op": "decode", "session_id": sid, "epoch": 0, "start": 3, "tokens": [4]})
+            steps += [{"op": "decode", "session_id": sid, "epoch": 0, "start": 3 + i, "tokens": [4 + i]}
+                      for i in range(decodes)]
             steps.append({"op": "release", "session_id": sid, "epoch": 0})
         for step in steps:
             self.config.steps += 1
