@@ -240,6 +240,13 @@ def _reject_constant(name: str) -> Any:
     raise _Bad(f"non-finite number {name} is not allowed")
 
 
+def _int64(value: int, path: str) -> int:
+    """``value`` if it fits in signed 64 bits, the wire's range for every integer."""
+    if not -(2**63) <= value < 2**63:
+        raise _Bad(f"{path} does not fit in 64 bits")
+    return value
+
+
 def _check(value: Any, tp: Any, path: str) -> Any:
     """``value`` checked against the annotation ``tp``, with ints widened to floats."""
     origin = typing.get_origin(tp)
@@ -250,9 +257,7 @@ def _check(value: Any, tp: Any, path: str) -> Any:
     if tp is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise _Bad(f"{path} must be an integer, got {_json_type(value)}")
-        if not -(2**63) <= value < 2**63:
-            raise _Bad(f"{path} does not fit in 64 bits")
-        return value
+        return _int64(value, path)
     if tp is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _Bad(f"{path} must be a number, got {_json_type(value)}")
@@ -531,9 +536,8 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
             if name != "hidden":  # integers within 64 bits is the wire's own rule, not a value's
                 for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
-                    if type(item) is int and not -(2**63) <= item < 2**63:
-                        raise _Bad(f"{kind}.{name}{f'[{i}]' if isinstance(value, tuple) else ''} "
-                                   f"does not fit in 64 bits")
+                    if type(item) is int:
+                        _int64(item, f"{kind}.{name}{f'[{i}]' if isinstance(value, tuple) else ''}")
             values[name] = value
         return cls(**values)
     except _Bad as exc:

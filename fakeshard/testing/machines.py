@@ -123,15 +123,17 @@ class RecordingMachine(RuleBasedStateMachine):
         self.runner: Any = None
         config.runs += 1
 
-    def _run(self, step: dict[str, Any]) -> None:
-        assert self.runner is not None
+    def _run(self, step: dict[str, Any], runner: Any = None) -> None:
+        """One step through ``runner`` (the machine's own by default)."""
+        runner = runner if runner is not None else self.runner
+        assert runner is not None
         self.config.steps += 1
         if self.config.on_step is not None:
             self.config.on_step(self.config)
         try:
-            self.runner.run(step)
+            runner.run(step)
         except BaseException:
-            self.config.last_failure = self.runner.trace
+            self.config.last_failure = runner.trace
             raise
 
 
@@ -353,16 +355,17 @@ class FaultsMachine(_EngineMachine):
         self._mini_run(role, FaultPlan(rules), ["m"], decodes=len(kinds))
         # About 1 output in 16 has a right checksum starting with 0: a clean engine finds such a
         # session (at most 64 prefills), and it meets the break beside one drawn session.
-        sids = [f"c{pick % 64}"] + self._zero_checksum_sessions(role)
+        zero = self._zero_checksum_session(role)
+        sids = [f"c{pick % 64}"] + ([zero] if zero is not None else [])
         self._mini_run(role, FaultPlan((FaultRule(Malformed("checksum"), op="prefill", count=None),)),
                        sids, decodes=0)
 
-    def _zero_checksum_sessions(self, role: str) -> list[str]:
+    def _zero_checksum_session(self, role: str) -> Optional[str]:
         """The first session (of ``z0`` .. ``z63``) whose clean prefill of [1, 2, 3] has a checksum
-        starting with ``0``, as a one-item list; none for a role that samples, or if none has."""
+        starting with ``0``; ``None`` for a role that samples, or if none has."""
         spec = role_spec(role, self.config.hidden_size)
         if spec.role.samples:
-            return []
+            return None
         engine = self.config.factory(spec, seed=0)
         feeder = Feeder(self.config.factory, spec, seed=0)
         for i in range(64):
@@ -370,8 +373,8 @@ class FaultsMachine(_EngineMachine):
             out = engine.prefill(feeder.bundle(sid, 0, 0, [1, 2, 3], 3))
             engine.release(sid, 0)
             if isinstance(out, HiddenBundle) and out.checksum.startswith("0"):
-                return [sid]
-        return []
+                return sid
+        return None
 
     def _mini_run(self, role: str, plan: FaultPlan, sids: list[str], decodes: int) -> None:
         runner = EngineRunner(
@@ -385,9 +388,4 @@ class FaultsMachine(_EngineMachine):
                       for i in range(decodes)]
             steps.append({"op": "release", "session_id": sid, "epoch": 0})
         for step in steps:
-            self.config.steps += 1
-            try:
-                runner.run(step)
-            except BaseException:
-                self.config.last_failure = runner.trace
-                raise
+            self._run(step, runner)

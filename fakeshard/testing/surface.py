@@ -135,6 +135,18 @@ def _first_number_key(doc: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _frame_parts(frame: bytes) -> tuple[dict[str, Any], bytes]:
+    """A binary frame's header (as JSON) and payload."""
+    size = int.from_bytes(frame[4:8], "little")
+    return json.loads(frame[8:8 + size]), frame[8 + size:]
+
+
+def _framed(head: dict[str, Any], body: bytes = b"") -> bytes:
+    """The frame of header ``head`` and payload ``body``."""
+    text = json.dumps(head).encode()
+    return b"FSB1" + len(text).to_bytes(4, "little") + text + body
+
+
 def _build_fault(kind: str, arg: Any) -> Any:
     return {"delay": lambda: Delay(arg), "memory_pressure": lambda: MemoryPressure(arg),
             "malformed": lambda: Malformed(arg), "crash": Crash, "drop_response": DropResponse}[kind]()
@@ -325,13 +337,10 @@ class SurfaceMachine(RuleBasedStateMachine):
             self._expect(False, lambda: validate(carried), (MalformedBundle,))
             return
         frame = wire.dumpb(value)
-        size = int.from_bytes(frame[4:8], "little")
-        header = json.loads(frame[8:8 + size])
-        payload = frame[8 + size:]
+        header, payload = _frame_parts(frame)
 
         def rebuilt(head: dict, body: bytes = payload) -> bytes:
-            text = json.dumps(head).encode()
-            return b"FSB1" + len(text).to_bytes(4, "little") + text + body
+            return _framed(head, body)
 
         nan_payload = payload
         if hidden and payload:
@@ -430,9 +439,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         if not isinstance(value, HiddenBundle):
             return
         # NaN: the strict reader refuses it; the transport's reading carries it to the receiver.
-        carried = json.loads(text)
-        carried["hidden"] = [[math.nan] + list(row[1:]) if i == 0 else row for i, row in enumerate(carried["hidden"])]
-        nan_text = json.dumps(carried)
+        nan_text = json.dumps({**doc, "hidden": [[math.nan] + doc["hidden"][0][1:]] + doc["hidden"][1:]})
         self._expect(False, lambda: wire.loads(nan_text), (MalformedBundle,))
         assert math.isnan(wire.loads_unchecked(nan_text).hidden[0][0])
         # Base64: the alphabet and the padding, nothing else.
@@ -445,11 +452,9 @@ class SurfaceMachine(RuleBasedStateMachine):
             self._expect(False, lambda: wire.loads(broken), (MalformedBundle,))
             self._expect(False, lambda: wire.loads_unchecked(broken), (MalformedBundle,))
         # A binary shape's numbers are each below 2**31; a shape of no values reads as sent.
-        size = int.from_bytes(frame[4:8], "little")
-        header = json.loads(frame[8:8 + size])
+        header, _ = _frame_parts(frame)
         for shape in ([2**31 - 1, 0], [0, 2**31 - 1], [0, 0], [2**31, 0], [0, 2**31]):
-            head = json.dumps({**header, "hidden": {**header["hidden"], "shape": shape}}).encode()
-            empty = b"FSB1" + len(head).to_bytes(4, "little") + head
+            empty = _framed({**header, "hidden": {**header["hidden"], "shape": shape}})
             self._expect(False, lambda: wire.loadb(empty), (MalformedBundle,))  # no row holds a value
             if max(shape) < 2**31:
                 assert wire.loads_unchecked(empty, frame=True).array().shape == tuple(shape)
