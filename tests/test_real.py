@@ -368,8 +368,8 @@ def test_rows_match_is_exact_without_a_tolerance():
 class ForgetfulRope(LlamaBackend):
     """A planted bug: rotary positions restart at 0 on every call (so decode loses its place)."""
 
-    def _rope(self, x, positions):
-        return super()._rope(x, positions - positions[0])
+    def _rotation(self, positions):
+        return super()._rotation(positions - positions[0])
 
 
 def forgetful_engine(spec, *, seed=0, capacity_tokens=None, clock=None, faults=None):

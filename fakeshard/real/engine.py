@@ -50,6 +50,13 @@ class _Tape:
 _EMPTY: tuple[Optional[_Tape], int] = (None, 0)
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A C-ordered, read-only copy of ``a`` (engines share it)."""
+    out = np.array(a, order="C", copy=True)
+    out.flags.writeable = False
+    return out
+
+
 class LlamaBackend:
     """Layers ``start_layer..end_layer`` of a llama GGUF model."""
 
@@ -67,24 +74,26 @@ class LlamaBackend:
         self._embed = t("token_embd.weight") if role.takes_tokens else None
         if role.samples:
             self._out_norm = t("output_norm.weight")
-            self._out_t = np.ascontiguousarray(t("output.weight").T)
-        self._layers = []
-        for i in range(start_layer, end_layer):
-            b = f"blk.{i}."
-            self._layers.append((
-                t(b + "attn_norm.weight"),
-                # Q, K and V in one matrix, transposed for rows @ W.
-                np.ascontiguousarray(np.concatenate(
-                    [t(b + "attn_q.weight"), t(b + "attn_k.weight"), t(b + "attn_v.weight")]).T),
-                np.ascontiguousarray(t(b + "attn_output.weight").T),
-                t(b + "ffn_norm.weight"),
-                np.ascontiguousarray(np.concatenate([t(b + "ffn_gate.weight"), t(b + "ffn_up.weight")]).T),
-                np.ascontiguousarray(t(b + "ffn_down.weight").T),
-            ))
+            self._out_t = model.prepared(("output",), lambda: _frozen(t("output.weight").T))
+        self._layers = [model.prepared(("layer", str(i)), lambda i=i: self._layer_weights(i))
+                        for i in range(start_layer, end_layer)]
         hd = s.head_dim
         # Rotary frequencies as llama.cpp's "normal" mode: pairs (2i, 2i+1), base^(-2i/hd).
         self._inv_freq = s.rope_base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
         self._scale = np.float32(1.0 / np.sqrt(hd))
+
+    def _layer_weights(self, i: int) -> tuple[np.ndarray, ...]:
+        """Layer ``i``'s weights, each matrix transposed for rows @ W (built once per model)."""
+        t, b = self.model.tensor, f"blk.{i}."
+        return (
+            t(b + "attn_norm.weight"),
+            # Q, K and V in one matrix.
+            _frozen(np.concatenate([t(b + "attn_q.weight"), t(b + "attn_k.weight"), t(b + "attn_v.weight")]).T),
+            _frozen(t(b + "attn_output.weight").T),
+            t(b + "ffn_norm.weight"),
+            _frozen(np.concatenate([t(b + "ffn_gate.weight"), t(b + "ffn_up.weight")]).T),
+            _frozen(t(b + "ffn_down.weight").T),
+        )
 
     def empty_cache(self) -> tuple[Optional[_Tape], int]:
         return _EMPTY
@@ -93,14 +102,19 @@ class LlamaBackend:
 
     def _rms(self, x: np.ndarray, gain: np.ndarray) -> np.ndarray:
         x64 = x.astype(np.float64)
-        inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + self.shape.rms_eps)
+        # The mean as np.mean takes it (a float64 sum, then / n), without its wrapper's cost.
+        mean = np.add.reduce(x64 * x64, axis=-1, keepdims=True) / x64.shape[-1]
+        inv = 1.0 / np.sqrt(mean + self.shape.rms_eps)
         return (x64 * inv).astype(np.float32) * gain
 
-    def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Rotate ``x`` of shape ``(n, heads, hd)`` by its positions."""
+    def _rotation(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rotary cos and sin for ``positions``, shaped to broadcast over ``(n, heads, hd / 2)``."""
         angle = positions[:, None] * self._inv_freq[None, :]
-        cos = np.cos(angle).astype(np.float32)[:, None, :]
-        sin = np.sin(angle).astype(np.float32)[:, None, :]
+        return np.cos(angle).astype(np.float32)[:, None, :], np.sin(angle).astype(np.float32)[:, None, :]
+
+    def _rope(self, x: np.ndarray, rotation: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Rotate ``x`` of shape ``(n, heads, hd)`` by its positions' ``rotation``."""
+        cos, sin = rotation
         x0, x1 = x[..., 0::2], x[..., 1::2]
         out = np.empty_like(x)
         out[..., 0::2] = x0 * cos - x1 * sin
@@ -135,14 +149,14 @@ class LlamaBackend:
         tape = self._tape_for(cache, end)
         n_q, n_kv, hd = s.n_head * s.head_dim, s.n_kv_head * s.head_dim, s.head_dim
         group = s.n_head // s.n_kv_head
-        positions = np.arange(start_pos, end, dtype=np.float64)
+        rotation = self._rotation(np.arange(start_pos, end, dtype=np.float64))  # the same in every layer
         # Causal mask: new position i (absolute start_pos + i) sees cache rows 0..start_pos + i.
         mask = np.arange(end)[None, :] > (start_pos + np.arange(n))[:, None]
         for i, (attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down) in enumerate(self._layers):
             qkv = self._rms(x, attn_norm) @ wqkv
-            q = self._rope(qkv[:, :n_q].reshape(n, s.n_head, hd), positions)
+            q = self._rope(qkv[:, :n_q].reshape(n, s.n_head, hd), rotation)
             tape.k[i, start_pos:end] = self._rope(qkv[:, n_q:n_q + n_kv].reshape(n, s.n_kv_head, hd),
-                                                  positions)
+                                                  rotation)
             tape.v[i, start_pos:end] = qkv[:, n_q + n_kv:].reshape(n, s.n_kv_head, hd)
             keys = tape.k[i, :end].transpose(1, 2, 0)  # (kv heads, hd, positions)
             values = tape.v[i, :end].transpose(1, 0, 2)  # (kv heads, positions, hd)

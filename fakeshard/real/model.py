@@ -19,7 +19,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import gguf
 import numpy as np
@@ -278,6 +278,7 @@ class GGUFModel:
             "gguf-" + _file_digest(self.path)[:16]
         self._tensors = tensors
         self._cache: dict[str, np.ndarray] = {}
+        self._prepared: dict[tuple[str, ...], Any] = {}
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor as a read-only float32 array (rows = outputs), dequantized once."""
@@ -291,6 +292,14 @@ class GGUFModel:
             w.flags.writeable = False
             self._cache[name] = w
         return w
+
+    def prepared(self, key: tuple[str, ...], build: Callable[[], Any]) -> Any:
+        """What ``build()`` makes of this model's tensors (read-only arrays), made once per
+        ``key``: engines over the same layers share their transposed and joined weights."""
+        value = self._prepared.get(key)
+        if value is None:
+            value = self._prepared[key] = build()
+        return value
 
     def tensor_type(self, name: str) -> str:
         return self._tensors[name].tensor_type.name
