@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fakeshard import (
@@ -206,3 +207,50 @@ def test_a_pipeline_refuses_stages_that_do_not_make_one_model_by_name():
     with pytest.raises(ValueError) as info:
         Pipeline([_Stage(SPEC.with_layers(0, 2)), _Stage(SPEC.with_layers(3, 6))])
     assert str(info.value) == "stage 1 starts at layer 3, expected 2: stage ranges must tile 0..n_layers in order"
+
+
+# -- what the machines build inputs and expectations from -------------------------------------
+
+class _Counting:
+    """A factory of fixture engines that counts the engines it builds."""
+
+    def __init__(self):
+        self.built = 0
+
+    def __call__(self, spec, **kw):
+        from fakeshard import FakeShardEngine
+
+        self.built += 1
+        return FakeShardEngine(spec, **kw)
+
+
+def test_a_feeder_gives_the_upstream_rows_and_computes_a_history_once_while_it_is_kept():
+    from fakeshard import FakeShardEngine, TokenBundle
+    from fakeshard.feeder import Feeder
+
+    factory = _Counting()
+    feeder = Feeder(factory, SPEC.with_layers(2, 4), seed=5)
+    history = [3, 1, 4, 1, 5]
+    upstream = FakeShardEngine(SPEC.with_layers(0, 2), seed=5)
+    expected = upstream.prefill(TokenBundle("u", 0, 0, tuple(history))).array()
+    assert np.array_equal(np.asarray(feeder.rows(history)), expected)
+    bundle = feeder.bundle("s", 2, 3, history, 2)
+    assert (bundle.start_pos, bundle.epoch) == (3, 2) and np.array_equal(bundle.array(), expected[3:])
+    assert factory.built == 1  # the same history three times: one upstream engine
+    for n in range(Feeder.MEMO):  # as many other histories as it keeps: the first is gone
+        feeder.rows([n, n])
+    assert factory.built == 1 + Feeder.MEMO
+    feeder.rows(history)
+    assert factory.built == 2 + Feeder.MEMO
+
+
+def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_and_is_greedy():
+    from fakeshard import FakeShardEngine
+    from fakeshard.testing.runner import ReferenceStreams
+
+    factory = _Counting()
+    streams = ReferenceStreams(factory, SPEC, seed=2)
+    whole = Pipeline([FakeShardEngine(SPEC, seed=2)]).generate("r", [7, 8], 40)
+    assert [streams([7, 8], n) for n in range(41)] == [whole[:n] for n in range(41)]
+    assert factory.built <= 7  # 1, 2, 4, ... 64 tokens: not one generation per step
+    assert streams([8, 7], 3) == Pipeline([FakeShardEngine(SPEC, seed=2)]).generate("r", [8, 7], 3)

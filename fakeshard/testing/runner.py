@@ -525,7 +525,12 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class ReferenceStreams:
-    """Fault-free greedy continuations on a fresh FULL engine, cached by history."""
+    """Fault-free greedy continuations on a fresh FULL engine, cached by history.
+
+    A greedy stream's first ``n`` tokens are the first ``n`` of any longer one, so a stream
+    that must grow is generated again at twice its length (at least ``n``): a session that
+    asks for one token more at each step costs a few generations, not one per step.
+    """
 
     def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
         self.factory, self.spec, self.seed = factory, spec, seed
@@ -537,6 +542,7 @@ class ReferenceStreams:
         key = tuple(history)
         have = self._have.get(key, [])
         if len(have) < n:
-            have = Pipeline([self.factory(self.spec, seed=self.seed)]).generate("reference", history, n)
+            have = Pipeline([self.factory(self.spec, seed=self.seed)]).generate(
+                "reference", history, max(n, 2 * len(have)))
             self._have[key] = have
         return have[:n]
