@@ -16,6 +16,13 @@ name (``fakeshard.engine.xǁSessionEngineǁ__repr__*``) and, optionally, a piece
 the mutated lines must contain, since mutmut's numbering moves when the code does.  A mutant
 not killed and with no reason is listed as ``(no reason given)``.
 
+Beside the score over every mutant, the report gives the score of what a check from the
+contract can see: each mutant not killed is *equivalent* (its entry says so), *contract-free*
+(it changes only a message's words, which the contract leaves to each engine: found in its
+diff by :func:`only_words`, never taken from a reason's text; or its entry's ``"class"`` says
+so, for the fixture's own numbers or a repr) or a *gap*; the second score leaves the first two
+out of the mutants tested.
+
 A timed-out mutant counts as killed (the tests noticed it: it ran at least fifteen
 times as long as the clean run); a mutant no test reaches counts as surviving.
 """
@@ -39,8 +46,9 @@ from typing import Any, Optional, TextIO
 
 from fakeshard.evidence import _git, _version
 
-__all__ = ["GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun", "modules",
-           "reason_for", "run_mutate", "score", "write_report"]
+__all__ = ["CLASSES", "GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun",
+           "class_of", "contract_score", "modules", "only_words", "reason_for", "run_mutate", "score",
+           "write_report"]
 
 #: The issue's goal: at least this share of each module's mutants killed, and overall.
 GOAL_MODULE = 90.0
@@ -152,6 +160,97 @@ def reason_for(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
     return ""
 
 
+#: What a mutant not killed is, for the second score (the mutants a contract check can see):
+#: ``equivalent`` (the program behaves the same), ``contract-free`` (it changes only what the
+#: contract leaves to each engine: a refusal's words, the fixture's own numbers, a repr), or
+#: ``gap`` (a check from the contract could notice it and none did).
+CLASSES = ("equivalent", "contract-free", "gap")
+#: A line that builds an error or a refusal (its string literals are a message's words).
+_MESSAGE_LINE = re.compile(r"\braise\b|\b_Bad\(|\b_fail\(|[A-Za-z]Error\(|\bMalformedBundle\(")
+
+
+def _tokens(lines: list[str]) -> list[tuple[str, str]]:
+    """``lines``' tokens as (kind, text), a string literal (f-strings whole) as ("S", its text);
+    a fragment that ends inside a bracket keeps the tokens read before the end."""
+    import io
+    import tokenize
+
+    out: list[tuple[str, str]] = []
+    depth = 0  # inside an f-string (Python 3.12 splits them into parts)
+    start = getattr(tokenize, "FSTRING_START", None)
+    end = getattr(tokenize, "FSTRING_END", None)
+    text = "\n".join(line.strip() for line in lines) + "\n"
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if start is not None and tok.type == start:
+                depth += 1
+                out.append(("S", tok.string))
+            elif depth:
+                out[-1] = ("S", out[-1][1] + tok.string)
+                depth -= tok.type == end
+            elif tok.type == tokenize.STRING:
+                out.append(("S", tok.string))
+            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                  tokenize.COMMENT, tokenize.ENDMARKER):
+                out.append(("T", tok.string))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return out
+
+
+def only_words(diff: str) -> bool:
+    """Whether a mutant changes nothing but the words of a message: the lines it removes and
+    adds read the same except string literals (each changed, or made ``None``), every line it
+    changes builds an error or is a message's continuation (string literals only), and no
+    changed literal is a keyword argument's value."""
+    removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = mutated_lines(diff).splitlines()
+    changed = [line for line in removed if line not in added] + [line for line in added if line not in removed]
+    if not changed:
+        return False
+    before, after = _tokens(removed), _tokens(added)
+    if len(before) != len(after):
+        return False
+    for i, (b, a) in enumerate(zip(before, after)):
+        if b == a:
+            continue
+        if b[0] != "S" or a not in (("T", "None"),) and a[0] != "S":
+            return False  # only a literal may change, into another literal or None
+        if i and before[i - 1] == ("T", "="):
+            return False
+    for line in changed:
+        kinds = {kind if kind == "S" or text != "None" else "S" for kind, text in _tokens([line])
+                 if not (kind == "T" and text in ("(", ")", ",", "+"))}
+        if not (_MESSAGE_LINE.search(line) or kinds == {"S"}):
+            return False
+    return True
+
+
+def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
+    """The class (:data:`CLASSES`) of a mutant not killed: its reason entry's ``class``, else
+    ``equivalent`` for a reason that says so (or ``unreachable``); a mutant that changes only a
+    message's words (:func:`only_words`) is ``contract-free`` unless its entry says equivalent."""
+    added = mutated_lines(diff)
+    entry = next((e for e in reasons if fnmatch.fnmatchcase(name, e["mutants"]) and e.get("diff", "") in added),
+                 None)
+    given = entry.get("class") if entry else None
+    if given is None and entry is not None and entry["reason"].startswith(("equivalent", "unreachable")):
+        given = "equivalent"
+    if given == "equivalent":
+        return given
+    if only_words(diff):
+        return "contract-free"
+    return given or "gap"
+
+
+def contract_score(counts: Counter, classes: Counter) -> float:
+    """Killed as a percentage of the mutants tested, less those not killed that are
+    equivalent or contract-free (``classes``: their count by class)."""
+    killed = sum(counts[s] for s in KILLED)
+    seen = killed + sum(counts[s] for s in NOT_KILLED) - classes["equivalent"] - classes["contract-free"]
+    return 100.0 * killed / seen if seen else 0.0
+
+
 def _load_reasons(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
@@ -161,8 +260,9 @@ def _load_reasons(path: Path) -> list[dict[str, str]]:
         raise MutateError(f"{path}: not JSON: {exc}") from None
     if not isinstance(data, list) or not all(
             isinstance(e, dict) and isinstance(e.get("mutants"), str) and isinstance(e.get("reason"), str)
-            for e in data):
-        raise MutateError(f"{path}: expected a list of {{\"mutants\": glob, \"reason\": text, \"diff\"?: text}}")
+            and e.get("class", "gap") in CLASSES for e in data):
+        raise MutateError(f"{path}: expected a list of {{\"mutants\": glob, \"reason\": text, \"diff\"?: text, "
+                          f"\"class\"?: one of {', '.join(CLASSES)}}}")
     return data
 
 
@@ -330,11 +430,24 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     tests = run.tests or options.tests
     survivors = sorted(run.diffs)
     explained = {n: reason_for(n, run.diffs[n], reasons) for n in survivors}
+    classes = {n: class_of(n, run.diffs[n], reasons) for n in survivors}
+    by_class: dict[str, Counter] = {m: Counter() for m in by_module}
+    for n in survivors:
+        by_class.setdefault(module_of(n), Counter())[classes[n]] += 1
+    all_classes = sum(by_class.values(), Counter())
+    seen_met = run.returncode == 0 and not overall["not checked"] \
+        and contract_score(overall, all_classes) >= GOAL_OVERALL \
+        and all(contract_score(c, by_class[m]) >= GOAL_MODULE for m, c in by_module.items())
 
     def row(label: str, c: Counter) -> str:
         cells = [str(sum(c.values())), str(c["killed"] + c["segfault"]), str(c["timeout"]), str(c["survived"]),
                  str(c["no tests"]), str(c["suspicious"]), str(sum(c[s] for s in c if s not in KILLED + NOT_KILLED)),
                  f"{score(c):.1f}%"]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    def seen_row(label: str, c: Counter, k: Counter) -> str:
+        cells = [str(sum(c[s] for s in KILLED + NOT_KILLED)), str(k["equivalent"]), str(k["contract-free"]),
+                 str(k["gap"]), f"{contract_score(c, k):.1f}%"]
         return f"| {label} | " + " | ".join(cells) + " |"
 
     lines = [
@@ -365,6 +478,22 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "Killed: a test failed. Timed out: counted as killed (the run took 15 times its clean time).",
         "No tests: no test of the test command reached the mutated function; counted as surviving.",
         "",
+        "### What a check from the contract can see",
+        "",
+        "The same run, with the mutants not killed sorted by what they change: *equivalent* (the",
+        "program behaves the same; `reasons.json` says why), *contract-free* (only what the contract",
+        "leaves to each engine: the words of a message, found in each mutant's diff by",
+        "`fakeshard.mutate.only_words`, or what its `reasons.json` entry names: the fixture's own",
+        "numbers, a repr), and *gap* (everything else: a check from the contract could notice it).",
+        "The score here is the killed among the mutants tested less the equivalent and contract-free",
+        f"ones. By it the goal is **{'met' if seen_met else 'not met'}**: "
+        f"{contract_score(overall, all_classes):.1f}% overall.",
+        "",
+        "| module | tested | equivalent | contract-free | gap | score of what the contract sees |",
+        "|---|---|---|---|---|---|",
+        *[seen_row(f"`{m}`", by_module[m], by_class[m]) for m in sorted(by_module)],
+        seen_row("**all**", overall, all_classes),
+        "",
         "## Command and environment",
         "",
         "```sh",
@@ -391,11 +520,13 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
         f"## Mutants not killed ({len(survivors)})",
         "",
-        "Each with the reason kept in `reasons.json` (equivalent mutant, or the gap it shows).",
+        "Each with its class and the reason kept in `reasons.json` (equivalent mutant, or the gap it",
+        "shows); a message's words need no reason.",
         "",
     ]
     for name in survivors:
-        lines += [f"### `{name}` ({run.statuses[name]})", "", explained[name] or "(no reason given)", "",
+        why = explained[name] or ("the words of a message" if only_words(run.diffs[name]) else "(no reason given)")
+        lines += [f"### `{name}` ({run.statuses[name]}, {classes[name]})", "", why, "",
                   "```diff", run.diffs[name].strip(), "```", ""]
     gaps = dest / "gaps.md"
     if gaps.is_file():  # kept by hand: what earlier runs showed, and the tests that now close it
@@ -417,7 +548,12 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "mutmut": _version("mutmut"), "returncode": run.returncode, "goal_met": met,
         "modules": {m: dict(sorted(c.items())) for m, c in sorted(by_module.items())},
         "score": {m: round(score(c), 2) for m, c in sorted(by_module.items())} | {"all": round(score(overall), 2)},
-        "not_killed": {n: {"status": run.statuses[n], "reason": explained[n]} for n in survivors},
+        "goal_met_by_what_the_contract_sees": seen_met,
+        "score_of_what_the_contract_sees": {m: round(contract_score(c, by_class[m]), 2)
+                                            for m, c in sorted(by_module.items())}
+        | {"all": round(contract_score(overall, all_classes), 2)},
+        "not_killed": {n: {"status": run.statuses[n], "reason": explained[n], "class": classes[n]}
+                       for n in survivors},
     }, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
     return met

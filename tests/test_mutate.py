@@ -12,7 +12,8 @@ pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml wit
 
 from fakeshard.cli import main  # noqa: E402
 from fakeshard.mutate import (RUN_RECORD, TESTS_ENV, MutateError, MutateOptions, MutationRun,  # noqa: E402
-                              keeps, module_of, modules, reason_for, run_mutate, score, write_report)
+                              class_of, contract_score, keeps, module_of, modules, only_words, reason_for,
+                              run_mutate, score, write_report)
 
 ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
 
@@ -49,6 +50,65 @@ def test_a_reason_matches_by_name_and_by_a_piece_of_the_diff():
     assert reason_for("fakeshard.wire.x_loads__mutmut_1", "", reasons) == ""
 
 
+def _diff(removed: str, added: str) -> str:
+    return "--- fakeshard/x.py\n+++ fakeshard/x.py\n@@ -1,3 +1,3 @@\n     def f():\n" + "".join(
+        f"-{line}\n" for line in removed.splitlines()) + "".join(f"+{line}\n" for line in added.splitlines())
+
+
+@pytest.mark.parametrize("removed, added", [
+    ('        raise _Bad(f"{path} must be a number, got {kind}")', '        raise _Bad(f"XX{path} must be a number, got {kind}XX")'),
+    ('        raise _fail(bundle, f"hidden[{i}] is {x}")', '        raise _fail(bundle, None)'),
+    ('        raise ValueError("ShardSpec needs 0 <= start")', '        raise ValueError("SHARDSPEC NEEDS 0 <= START")'),
+    ('            "ShardSpec needs 0 <= start_layer, got "', '            "SHARDSPEC NEEDS 0 <= START_LAYER, GOT "'),
+    ('                f"row {i} has {n} values",', '                None,'),
+])
+def test_a_change_to_a_messages_words_is_only_words(removed, added):
+    assert only_words(_diff(removed, added))
+
+
+@pytest.mark.parametrize("removed, added", [
+    ('            "seed": obj.seed,', '            "SEED": obj.seed,'),  # a key of the wire form
+    ('    return {"type": fault.type_name}', '    return {"TYPE": fault.type_name}'),
+    ('        raise _fail(bundle, f"bad {x}")', '        raise _fail(None, f"bad {x}")'),  # the ids it keeps
+    ('        raise _fail(bundle, f"bad {x}")', '        raise _fail(f"bad {x}")'),
+    ('        raise StaleEpoch(f"epoch {e}", session_id="s")', '        raise StaleEpoch(f"epoch {e}", session_id="XXsXX")'),
+    ('        if len(text) > limit: raise _Bad(f"over {limit}")', '        if len(text) >= limit: raise _Bad(f"over {limit}")'),
+    ('    head = json.dumps(header, separators=(",", ":"))', '    head = json.dumps(header, separators=None)'),
+    ('    x = "fixture"', '    x = "XXfixtureXX"'),
+    ('    x = 1', '    x = 1'),
+])
+def test_a_change_beyond_a_messages_words_is_not(removed, added):
+    assert not only_words(_diff(removed, added))
+
+
+def test_a_mutant_not_killed_is_equivalent_contract_free_or_a_gap():
+    reasons = [{"mutants": ENGINE + "decode*", "diff": "x = 2", "reason": "equivalent: x unused"},
+               {"mutants": ENGINE + "__repr__*", "reason": "a repr is no part of the contract",
+                "class": "contract-free"},
+               {"mutants": "fakeshard.engine.*", "reason": "free text"}]
+    words = _diff('        raise _Bad(f"bad {x}")', '        raise _Bad(None)')
+    assert class_of(ENGINE + "decode__mutmut_1", _diff("x = 1", "x = 2"), reasons) == "equivalent"
+    assert class_of(ENGINE + "__repr____mutmut_1", _diff("return 'a'", "return 'b'"), reasons) == "contract-free"
+    # a catch-all reason that says "free text" does not make a change beyond the words contract-free
+    assert class_of(ENGINE + "close__mutmut_1", _diff("if a > b:", "if a >= b:"), reasons) == "gap"
+    assert class_of(ENGINE + "close__mutmut_2", words, reasons) == "contract-free"
+    assert class_of("fakeshard.wire.x_f__mutmut_1", _diff("if a > b:", "if a >= b:"), []) == "gap"
+
+
+def test_the_score_of_what_the_contract_sees_leaves_out_equivalent_and_contract_free_survivors():
+    counts = Counter(killed=90, survived=10)
+    assert contract_score(counts, Counter(equivalent=3, gap=5, **{"contract-free": 2})) == 100.0 * 90 / 95
+    assert contract_score(counts, Counter(gap=10)) == score(counts) == 90.0
+    assert contract_score(Counter(), Counter()) == 0.0
+
+
+def test_reasons_with_an_unknown_class_are_refused(tmp_path):
+    (tmp_path / "reasons.json").write_text(json.dumps([{"mutants": "x*", "reason": "r", "class": "harmless"}]),
+                                           encoding="utf-8")
+    with pytest.raises(MutateError, match="one of equivalent, contract-free, gap"):
+        write_report(_run({}), MutateOptions(dest=tmp_path), argv=["mutate"])
+
+
 def _run(statuses: dict[str, str]) -> MutationRun:
     diffs = {n: f"--- a\n+++ b\n-old {n}\n+new {n}" for n, s in statuses.items() if s in ("survived", "no tests")}
     return MutationRun(statuses=statuses, diffs=diffs, elapsed=1234.0)
@@ -74,6 +134,28 @@ def test_the_report_counts_each_module_and_gives_every_survivor_its_reason(tmp_p
     assert data["goal_met"] is True and data["modules"]["fakeshard.wire"] == {"killed": 40, "no tests": 1,
                                                                             "timeout": 1}
     assert data["not_killed"][ENGINE + "__repr____mutmut_1"]["reason"] == "a repr is no part of the contract"
+
+
+def test_the_report_gives_the_score_of_what_the_contract_sees(tmp_path):
+    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
+                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(20)}
+    statuses.update({f"fakeshard.wire.x_g__mutmut_{i}": "survived" for i in range(4)})  # 83.3%: under the goal
+    run = _run(statuses)
+    run.diffs["fakeshard.wire.x_g__mutmut_0"] = _diff('    raise _Bad(f"bad {x}")', '    raise _Bad(None)')
+    run.diffs["fakeshard.wire.x_g__mutmut_1"] = _diff('    raise _Bad("bad")', '    raise _Bad("XXbadXX")')
+    run.diffs["fakeshard.wire.x_g__mutmut_2"] = _diff("    y = 1", "    y = 2")
+    (tmp_path / "reasons.json").write_text(json.dumps(
+        [{"mutants": "fakeshard.wire.x_g__mutmut_2", "reason": "equivalent: y is never read"}]), encoding="utf-8")
+    assert write_report(run, MutateOptions(dest=tmp_path), argv=["mutate"]) is False
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "| `fakeshard.wire` | 24 | 1 | 2 | 1 | 95.2% |" in text  # 20 of 21
+    assert "By it the goal is **met**" in text
+    assert "### `fakeshard.wire.x_g__mutmut_0` (survived, contract-free)\n\nthe words of a message" in text
+    assert "### `fakeshard.wire.x_g__mutmut_3` (survived, gap)\n\n(no reason given)" in text
+    data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert data["goal_met"] is False and data["goal_met_by_what_the_contract_sees"] is True
+    assert data["score_of_what_the_contract_sees"]["fakeshard.wire"] == 95.24
+    assert data["not_killed"]["fakeshard.wire.x_g__mutmut_2"]["class"] == "equivalent"
 
 
 def test_one_module_under_the_goal_fails_the_goal(tmp_path):
