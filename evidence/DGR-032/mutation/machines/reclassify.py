@@ -1,0 +1,30 @@
+"""The survivors of the report in this folder (its README.md diffs, its results.json counts),
+sorted by fakeshard.mutate.class_of with today's reasons.json, and both scores per module.
+Run from the checkout's root: python3 evidence/DGR-032/mutation/machines/reclassify.py"""
+import collections, json, re
+from pathlib import Path
+from fakeshard.mutate import class_of, contract_score, module_of, reason_for, score, _load_reasons
+
+dest = Path("evidence/DGR-032/mutation/machines")
+blocks = (dest / "README.md").read_text(encoding="utf-8").split("\n### ")[1:]
+reasons = _load_reasons(dest / "reasons.json")
+results = json.loads((dest / "results.json").read_text(encoding="utf-8"))
+classes, unexplained = collections.defaultdict(collections.Counter), 0
+for block in blocks:
+    name = block.split("`")[1]
+    diff = re.search(r"```diff\n(.*?)```", block, re.S).group(1)
+    kind = class_of(name, diff, reasons)
+    classes[module_of(name)][kind] += 1
+    unexplained += kind == "gap" and not reason_for(name, diff, reasons)
+print("| module | mutants | equivalent | contract-free | gap | score | score of what the contract sees |")
+print("|---|---|---|---|---|---|---|")
+total, total_classes = collections.Counter(), collections.Counter()
+for module, counts in sorted(results["modules"].items()):
+    counts = collections.Counter(counts); total += counts; total_classes += classes[module]
+    k = classes[module]
+    print(f"| `{module}` | {sum(counts.values())} | {k['equivalent']} | {k['contract-free']} | {k['gap']} | "
+          f"{score(counts):.1f}% | {contract_score(counts, k):.1f}% |")
+k = total_classes
+print(f"| **all** | {sum(total.values())} | {k['equivalent']} | {k['contract-free']} | {k['gap']} | "
+      f"{score(total):.1f}% | {contract_score(total, k):.1f}% |")
+print(f"gaps with no reason in reasons.json: {unexplained}")
