@@ -30,6 +30,7 @@ times as long as the clean run); a mutant no test reaches counts as surviving.
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,14 +152,18 @@ def mutated_lines(diff: str) -> str:
     return "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
 
 
-def reason_for(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
-    """The first reason whose ``mutants`` glob matches ``name`` and whose ``diff`` text (if any)
+def _entry(name: str, diff: str, reasons: list[dict[str, str]]) -> Optional[dict[str, str]]:
+    """The first entry whose ``mutants`` glob matches ``name`` and whose ``diff`` text (if any)
     is in the mutated lines (not in the diff's context, which other mutants share)."""
     added = mutated_lines(diff)
-    for entry in reasons:
-        if fnmatch.fnmatchcase(name, entry["mutants"]) and entry.get("diff", "") in added:
-            return entry["reason"]
-    return ""
+    return next((e for e in reasons if fnmatch.fnmatchcase(name, e["mutants"]) and e.get("diff", "") in added),
+                None)
+
+
+def reason_for(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
+    """The reason of :func:`_entry`'s entry for the mutant, or ``""``."""
+    entry = _entry(name, diff, reasons)
+    return entry["reason"] if entry else ""
 
 
 #: What a mutant not killed is, for the second score (the mutants a contract check can see):
@@ -172,9 +178,6 @@ _MESSAGE_LINE = re.compile(r"\braise\b|\b_Bad\(|\b_fail\(|[A-Za-z]Error\(|\bMalf
 def _tokens(lines: list[str]) -> list[tuple[str, str]]:
     """``lines``' tokens as (kind, text), a string literal (f-strings whole) as ("S", its text);
     a fragment that ends inside a bracket keeps the tokens read before the end."""
-    import io
-    import tokenize
-
     out: list[tuple[str, str]] = []
     depth = 0  # inside an f-string (Python 3.12 splits them into parts)
     start = getattr(tokenize, "FSTRING_START", None)
@@ -218,21 +221,34 @@ def only_words(diff: str) -> bool:
             return False  # only a literal may change, into another literal or None
         if i and before[i - 1] == ("T", "="):
             return False
+    # Every changed line builds an error, or continues (literals only) a line that does.
+    lines = [line[1:] for line in diff.splitlines()
+             if line[:1] in (" ", "-") and not line.startswith("---")]  # the code before the mutant
     for line in changed:
-        kinds = {kind if kind == "S" or text != "None" else "S" for kind, text in _tokens([line])
-                 if not (kind == "T" and text in ("(", ")", ",", "+"))}
-        if not (_MESSAGE_LINE.search(line) or kinds == {"S"}):
+        if _MESSAGE_LINE.search(line):
+            continue
+        if not _only_literals(line):
+            return False
+        at = next((i for i, old in enumerate(lines) if old == line), None)
+        if at is None:  # an added line: it stands where the removed one stood
+            at = next((i for i, old in enumerate(lines) if old in removed), None)
+        opener = next((old for old in reversed(lines[:at]) if not _only_literals(old)), "") if at is not None else ""
+        if not _MESSAGE_LINE.search(opener):
             return False
     return True
+
+
+def _only_literals(line: str) -> bool:
+    """Whether ``line`` holds only string literals (or ``None``), commas, ``+`` and brackets."""
+    rest = [(k, t) for k, t in _tokens([line]) if not (k == "T" and t in ("(", ")", ",", "+"))]
+    return bool(rest) and all(k == "S" or t == "None" for k, t in rest)
 
 
 def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
     """The class (:data:`CLASSES`) of a mutant not killed: its reason entry's ``class``, else
     ``equivalent`` for a reason that says so (or ``unreachable``); a mutant that changes only a
     message's words (:func:`only_words`) is ``contract-free`` unless its entry says equivalent."""
-    added = mutated_lines(diff)
-    entry = next((e for e in reasons if fnmatch.fnmatchcase(name, e["mutants"]) and e.get("diff", "") in added),
-                 None)
+    entry = _entry(name, diff, reasons)
     given = entry.get("class") if entry else None
     if given is None and entry is not None and entry["reason"].startswith(("equivalent", "unreachable")):
         given = "equivalent"

@@ -50,8 +50,8 @@ def test_a_reason_matches_by_name_and_by_a_piece_of_the_diff():
     assert reason_for("fakeshard.wire.x_loads__mutmut_1", "", reasons) == ""
 
 
-def _diff(removed: str, added: str) -> str:
-    return "--- fakeshard/x.py\n+++ fakeshard/x.py\n@@ -1,3 +1,3 @@\n     def f():\n" + "".join(
+def _diff(removed: str, added: str, before: str = "    def f():") -> str:
+    return f"--- fakeshard/x.py\n+++ fakeshard/x.py\n@@ -1,3 +1,3 @@\n {before}\n" + "".join(
         f"-{line}\n" for line in removed.splitlines()) + "".join(f"+{line}\n" for line in added.splitlines())
 
 
@@ -63,7 +63,14 @@ def _diff(removed: str, added: str) -> str:
     ('                f"row {i} has {n} values",', '                None,'),
 ])
 def test_a_change_to_a_messages_words_is_only_words(removed, added):
-    assert only_words(_diff(removed, added))
+    assert only_words(_diff(removed, added, before="        raise ValueError("))
+
+
+def test_a_literal_alone_on_its_line_is_a_messages_words_only_where_it_continues_an_error():
+    removed, added = '            "float32",', '            "XXfloat32XX",'
+    assert only_words(_diff(removed, added, before="        raise ValueError("))
+    assert not only_words(_diff(removed, added, before="    DTYPES = ("))
+    assert not only_words(_diff(removed, added))
 
 
 @pytest.mark.parametrize("removed, added", [
