@@ -49,7 +49,7 @@ from typing import Any, Optional, TextIO
 from fakeshard.evidence import _git, _version
 
 __all__ = ["CLASSES", "GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun",
-           "class_of", "contract_score", "modules", "only_words", "reason_for", "run_mutate", "score",
+           "class_of", "classes_by_module", "contract_score", "modules", "only_words", "reason_for", "run_mutate", "score",
            "write_report"]
 
 #: The issue's goal: at least this share of each module's mutants killed, and overall.
@@ -259,6 +259,14 @@ def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
     return given or "gap"
 
 
+def classes_by_module(classes: dict[str, str]) -> dict[str, Counter]:
+    """How many mutants of each class (``classes``: a class per mutant name) each module has."""
+    out: dict[str, Counter] = {}
+    for name, kind in classes.items():
+        out.setdefault(module_of(name), Counter())[kind] += 1
+    return out
+
+
 def contract_score(counts: Counter, classes: Counter) -> float:
     """Killed as a percentage of the mutants tested, less those not killed that are
     equivalent or contract-free (``classes``: their count by class)."""
@@ -447,9 +455,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     survivors = sorted(run.diffs)
     explained = {n: reason_for(n, run.diffs[n], reasons) for n in survivors}
     classes = {n: class_of(n, run.diffs[n], reasons) for n in survivors}
-    by_class: dict[str, Counter] = {m: Counter() for m in by_module}
-    for n in survivors:
-        by_class.setdefault(module_of(n), Counter())[classes[n]] += 1
+    by_class = {m: Counter() for m in by_module} | classes_by_module(classes)
     all_classes = sum(by_class.values(), Counter())
     seen_met = run.returncode == 0 and not overall["not checked"] \
         and contract_score(overall, all_classes) >= GOAL_OVERALL \

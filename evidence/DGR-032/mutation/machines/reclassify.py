@@ -3,19 +3,17 @@ sorted by fakeshard.mutate.class_of with today's reasons.json, and both scores p
 Run from the checkout's root: python3 evidence/DGR-032/mutation/machines/reclassify.py"""
 import collections, json, re
 from pathlib import Path
-from fakeshard.mutate import class_of, contract_score, module_of, reason_for, score, _load_reasons
+from fakeshard.mutate import class_of, classes_by_module, contract_score, reason_for, score, _load_reasons
 
 dest = Path("evidence/DGR-032/mutation/machines")
-blocks = (dest / "README.md").read_text(encoding="utf-8").split("\n### ")[1:]
+# A mutant's section: "### `name` (status...)" then its reason and its diff.
+blocks = [b for b in (dest / "README.md").read_text(encoding="utf-8").split("\n### ")[1:] if b.startswith("`")]
 reasons = _load_reasons(dest / "reasons.json")
 results = json.loads((dest / "results.json").read_text(encoding="utf-8"))
-classes, unexplained = collections.defaultdict(collections.Counter), 0
-for block in blocks:
-    name = block.split("`")[1]
-    diff = re.search(r"```diff\n(.*?)```", block, re.S).group(1)
-    kind = class_of(name, diff, reasons)
-    classes[module_of(name)][kind] += 1
-    unexplained += kind == "gap" and not reason_for(name, diff, reasons)
+diffs = {block.split("`")[1]: re.search(r"```diff\n(.*?)```", block, re.S).group(1) for block in blocks}
+kinds = {name: class_of(name, diff, reasons) for name, diff in diffs.items()}
+unexplained = sum(kinds[name] == "gap" and not reason_for(name, diff, reasons) for name, diff in diffs.items())
+classes = collections.defaultdict(collections.Counter, classes_by_module(kinds))
 print("| module | mutants | equivalent | contract-free | gap | score | score of what the contract sees |")
 print("|---|---|---|---|---|---|---|")
 total, total_classes = collections.Counter(), collections.Counter()
