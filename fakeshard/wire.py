@@ -312,6 +312,8 @@ def _hidden(value: Any, path: str, payload: Optional[memoryview]) -> Any:
             data: Any = binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
         except (binascii.Error, UnicodeEncodeError) as exc:
             raise _Bad(f"{path}.base64 is not base64: {exc}") from None
+        if len(text) % 4:  # strict_mode lets padding follow a whole quantum ("AAAA="); RFC 4648 does not
+            raise _Bad(f"{path}.base64 is not base64: {len(text)} characters, not a multiple of 4")
     else:
         data = payload
     need = shape[0] * shape[1] * dtype.itemsize

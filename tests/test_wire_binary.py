@@ -152,6 +152,17 @@ def test_bad_base64_is_malformed():
             wire.loads(json.dumps({**doc, "hidden": hidden}))
 
 
+@pytest.mark.parametrize("extra", ["=", "=="])
+def test_padding_after_a_whole_quantum_is_malformed(extra):
+    # 1 row of 3 float32 is 12 bytes: 16 characters, no padding, the last quantum whole.
+    doc = json.loads(wire.dumps(HiddenBundle.sealed("s1", 0, 0, 1, [(0.5, -0.25, 1.0)]), hidden="base64"))
+    code = doc["hidden"]["base64"]
+    assert len(code) == 16 and not code.endswith("=")
+    for reader in (wire.loads, wire.loads_unchecked):
+        with pytest.raises(MalformedBundle, match="not a multiple of 4"):
+            reader(json.dumps({**doc, "hidden": {**doc["hidden"], "base64": code + extra}}))
+
+
 @given(st.binary(max_size=300))
 def test_junk_is_malformed_and_nothing_else(data):
     for candidate in (data, b"FSB1" + data):
