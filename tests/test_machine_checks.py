@@ -8,7 +8,7 @@ import pytest
 
 import numpy as np
 
-from fakeshard import FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, Pipeline
+from fakeshard import FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
 from fakeshard.testing.failover import N_NODES, FailoverRunner
 from fakeshard.testing.runner import Divergence, equality_problem
 
@@ -211,3 +211,174 @@ def test_a_checksum_break_that_leaves_a_checksum_starting_with_0_right_is_caught
     monkeypatch.setattr(fakeshard.engine, "corrupt", zero_first)
     with pytest.raises(Divergence, match="Malformed\\(checksum"):
         _every_malformed_kind("middle")
+
+
+def _bundle_rules(session_id="s", epoch=0):
+    from fakeshard.testing.machines import MachineConfig
+    from fakeshard.testing.surface import SurfaceMachine
+
+    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
+    machine.bundle_rules(session_id=session_id, epoch=epoch)
+
+
+@pytest.mark.parametrize("session_id, epoch", [("s", 0), ("s\udc80", 5), ("", 0), (3, -1), ("s", True)])
+def test_the_bundle_rules_pass_validate_as_it_is(session_id, epoch):
+    _bundle_rules(session_id, epoch)
+
+
+def test_the_machines_checksum_gives_the_contracts_test_vectors():
+    from fakeshard.testing.surface import contract_checksum
+
+    # docs/contract.md, "The hidden checksum": the table's four vectors.
+    row = [0.5, -0.25, 0.0, 1.0]
+    assert contract_checksum("s1", 0, 0, 1, [row]) == "312b2ef2fb97af6d"
+    assert contract_checksum("s1", 3, 7, 2, [row, [0.1, 2.0, -3.5, 0.001]]) == "7b63b92c3c4e018d"
+    assert contract_checksum("模型-ü", 1, 0, 5, [[-1.0, 0.999969482421875, 0.0, -0.0]]) == "f9b6158613c79956"
+    assert contract_checksum("s\udc80", 0, 0, 1, [row]) == "470ec5b3d13ac5eb"
+
+
+def _validate_broken(monkeypatch, wrong):
+    """The surface machine's ``validate`` replaced by one that breaks a rule where ``wrong(bundle, spec)``."""
+    from fakeshard import validate
+
+    def broken(bundle, spec=None):
+        if wrong(bundle, spec):
+            return bundle
+        return validate(bundle, spec)
+
+    monkeypatch.setattr("fakeshard.testing.surface.validate", broken)
+
+
+def test_a_refusal_by_validate_that_does_not_name_the_bundle_is_caught(monkeypatch):
+    import fakeshard.contract as contract
+
+    made = contract._fail
+    monkeypatch.setattr(contract, "_fail", lambda bundle, message: made(None, message))
+    with pytest.raises(AssertionError, match="names session None epoch None"):
+        _bundle_rules()
+
+
+def test_a_layer_at_n_layers_let_through_is_caught(monkeypatch):
+    _validate_broken(monkeypatch, lambda b, spec: isinstance(b, HiddenBundle) and spec is not None
+                     and b.layer == spec.n_layers)
+    with pytest.raises(AssertionError, match="a layer at n_layers"):
+        _bundle_rules()
+
+
+def test_a_bundle_found_valid_once_and_not_checked_again_is_caught(monkeypatch):
+    from fakeshard import validate
+
+    seen = set()
+
+    def remembers(bundle, spec=None):
+        if id(bundle) in seen:
+            return bundle
+        out = validate(bundle, spec)
+        seen.add(id(bundle))
+        return out
+
+    monkeypatch.setattr("fakeshard.testing.surface.validate", remembers)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _bundle_rules()  # the same bundle, tried against a spec of another width
+
+
+def _surface(*values):
+    from fakeshard.testing.machines import MachineConfig
+    from fakeshard.testing.surface import SurfaceMachine
+
+    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
+    machine.seed_pool()
+    machine.pool[:] = list(values) or machine.pool
+    return machine
+
+
+def _injector(machine):
+    from fakeshard import Crash, Delay, MemoryPressure
+
+    machine.injector(faults=[Delay(0.5), Delay(2), MemoryPressure(3), MemoryPressure(2), Crash()],
+                     windows=[("any", None, 1, None, 1.0)] * 5, seed=0, calls=[("prefill", "a"), ("decode", "b")])
+
+
+def test_the_injector_rule_passes_the_injector_as_it_is():
+    _injector(_surface())
+
+
+def test_an_injector_whose_delays_do_not_add_up_is_caught(monkeypatch):
+    from fakeshard import faults
+
+    draw = faults.FaultInjector.draw
+
+    def last_delay_only(self, op, session_id):
+        drawn = draw(self, op, session_id)
+        delays = [f.fault.seconds for f in self.log if f.call == self.calls and isinstance(f.fault, faults.Delay)]
+        if len(delays) > 1:
+            drawn.delay = float(delays[-1])
+        return drawn
+
+    monkeypatch.setattr(faults.FaultInjector, "draw", last_delay_only)
+    with pytest.raises(AssertionError, match="the contract says"):
+        _injector(_surface())
+
+
+def test_an_injector_that_counts_only_matching_calls_is_caught(monkeypatch):
+    from fakeshard import Crash, faults
+
+    draw = faults.FaultInjector.draw
+
+    def counts_matches(self, op, session_id):
+        before = len(self.log)
+        drawn = draw(self, op, session_id)
+        if len(self.log) == before:
+            self.calls -= 1  # a call on which nothing fired is not counted
+        return drawn
+
+    monkeypatch.setattr(faults.FaultInjector, "draw", counts_matches)
+    with pytest.raises(AssertionError):
+        _surface().injector(faults=[Crash()], windows=[("decode", None, 1, None, 1.0)] * 5, seed=0,
+                            calls=[("prefill", "a"), ("decode", "a")])
+
+
+def _float16_sender_that_reseals(monkeypatch):
+    from fakeshard import wire
+
+    dumpb = wire.dumpb
+
+    def reseals(value, dtype="float32"):
+        if isinstance(value, HiddenBundle) and dtype == "float16":
+            value = HiddenBundle.sealed(value.session_id, value.epoch, value.start_pos, value.layer, value.hidden)
+        return dumpb(value, dtype=dtype)
+
+    monkeypatch.setattr(wire, "dumpb", reseals)
+
+
+def test_a_float16_hop_that_hides_a_damaged_checksum_is_caught(monkeypatch):
+    _float16_sender_that_reseals(monkeypatch)
+    hidden = HiddenBundle.sealed("s", 0, 0, 1, np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface(hidden).reader_edges(index=0)
+
+
+def test_a_fault_rule_sent_without_its_contract_version_is_caught(monkeypatch):
+    import json
+
+    from fakeshard import Crash, FaultRule, wire
+
+    dumps = wire.dumps
+
+    def unversioned(value, **kw):
+        doc = json.loads(dumps(value, **kw))
+        if doc["kind"] == "fault_rule":
+            del doc["contract"]
+        return json.dumps(doc)
+
+    monkeypatch.setattr(wire, "dumps", unversioned)
+    with pytest.raises(MalformedBundle, match="contract version None"):  # a fault rule is in the pool
+        _surface(FaultRule(Crash())).reader_edges(index=0)
+
+
+def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
+    from fakeshard import TokenBundle, wire
+
+    monkeypatch.setattr(wire, "_MAX_HEADER_BYTES", 2**20 - 1)
+    with pytest.raises(MalformedBundle):
+        _surface(TokenBundle("s", 0, 0, (1, 2))).reader_edges(index=0)

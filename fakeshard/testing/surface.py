@@ -15,9 +15,11 @@ import dataclasses
 import json
 import math
 import pickle
+import random
 from typing import Any, Optional
 
 import numpy as np
+import xxhash
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -94,6 +96,21 @@ def tiles(ranges: list[tuple[int, int]], n: int) -> bool:
     return bool(ranges) and at == n
 
 
+#: Faults and rule windows the injector rule combines (op, session_id, nth, count, probability).
+INJECTOR_FAULTS = (Delay(0.5), Delay(2), MemoryPressure(3), MemoryPressure(None), MemoryPressure(0), Malformed("nan"),
+                   Malformed("epoch"), Crash(), DropResponse())
+INJECTOR_WINDOWS = (("any", None, 1, 1, 1.0), ("any", None, 1, None, 1.0), ("prefill", None, 2, 2, 1.0),
+                    ("decode", "a", 1, None, 1.0), ("any", "b", 3, 1, 1.0), ("any", None, 1, None, 0.5),
+                    ("cancel", None, 1, 3, 0.25), ("any", None, 1, None, 0.0))
+
+#: The wire section's kinds, by the type of value, and the keys of its bundles and errors.
+WIRE_KINDS = {"TokenBundle": "token_bundle", "HiddenBundle": "hidden_bundle", "SampleBundle": "sample_bundle",
+              "FaultPlan": "fault_plan", "FaultRule": "fault_rule", "ShardError": "error"}
+_IDENTITY = {"kind", "contract", "session_id", "epoch"}
+WIRE_KEYS = {"token_bundle": _IDENTITY | {"start_pos", "tokens"}, "sample_bundle": _IDENTITY | {"pos", "token"},
+             "hidden_bundle": _IDENTITY | {"start_pos", "layer", "hidden", "checksum"},
+             "error": _IDENTITY | {"code", "message"}}
+
 FAULT_ARGS = {
     "delay": [0, 0.5, 3, -1, math.inf, math.nan, "1", True],
     "memory_pressure": [None, 0, 4, -2, 2.5, True],
@@ -101,11 +118,38 @@ FAULT_ARGS = {
     "crash": [None],
     "drop_response": [None],
 }
+#: A rule that meets a list of cases meets this share of them in one step (a short campaign meets
+#: every case many times; a long one does not repeat them all in every step).
+PARTS = 3
 FRAME_MUTATIONS = ("none", "float16", "magic", "truncate", "trailing", "header_length", "header_json", "dtype",
                    "shape", "payload_nan", "base64_junk", "base64_length", "not_bytes", "oversize")
 MUTATIONS = ("none", "truncate", "drop_key", "extra_key", "object_value", "nan", "deep", "bad_utf8",
              "version", "kind", "not_text", "oversize", "oversize_bytes", "string_number", "huge_number",
              "null_value", "bool_value", "array", "bad_rule", "rule_not_object", "fault_not_object")
+
+
+def _well_typed(session_id: Any, epoch: Any) -> bool:
+    """Whether an error must carry exactly this session id and epoch (the contract's Errors table)."""
+    return isinstance(session_id, str) and session_id != "" and _is_int(epoch) and epoch >= 0
+
+
+def _check_names_the_bundle(err: MalformedBundle, bundle: Any, what: str) -> None:
+    """A refusal names the bundle's well-typed session id and epoch; otherwise each is the value or None."""
+    session_id, epoch = bundle.session_id, bundle.epoch
+    if _well_typed(session_id, epoch):
+        assert (err.session_id, err.epoch) == (session_id, epoch), \
+            f"the refusal of {what} names session {err.session_id!r} epoch {err.epoch!r}, not {session_id!r} {epoch!r}"
+    else:
+        assert err.session_id in (None, session_id) and err.epoch in (None, epoch), (what, err)
+
+
+def contract_checksum(session_id: Any, epoch: Any, start_pos: Any, layer: Any, hidden: Any) -> str:
+    """The hidden checksum as the contract's section writes it (its layout, not the library's code)."""
+    values = np.array(hidden, dtype=np.float64)
+    rows, cols = values.shape if values.ndim == 2 else (0, 0)  # no rows: 0x0
+    header = f"1\0{session_id}\0{epoch}\0{start_pos}\0{layer}\0{rows}x{cols}\0"
+    data = header.encode("utf-8", "surrogatepass") + values.astype("<f4").tobytes()
+    return xxhash.xxh3_64(data).hexdigest()
 
 
 class _HalfEngine:
@@ -181,8 +225,12 @@ class SurfaceMachine(RuleBasedStateMachine):
 
     @initialize()
     def seed_pool(self) -> None:
+        # The last: float32 values (as engines answer) that binary16 does not hold, so a float16
+        # hop changes them and the checksum.
         self.pool += [TokenBundle("s", 0, 0, (1, 2)), FaultPlan((FaultRule(Delay(1.0)),), seed=3),
-                      HiddenBundle.sealed("s", 1, 2, 1, [(0.5, -0.25, 0.0, 1.0), (0.125, 0.0, 1.5, -2.0)])]
+                      HiddenBundle.sealed("s", 1, 2, 1, [(0.5, -0.25, 0.0, 1.0), (0.125, 0.0, 1.5, -2.0)]),
+                      FaultRule(MemoryPressure(2), "decode", "s", 2, None, 0.5),
+                      HiddenBundle.sealed("s", 3, 0, 2, np.array([[0.1, 1 / 3, -2.7, 1e-3]], dtype=np.float32))]
 
     @rule(model_id=st.sampled_from(["m", "", 3]), n=st.sampled_from([4, 1, 0, 4.0, True]),
           start=st.sampled_from([0, 1, 3, -1, "0"]), end=st.sampled_from([4, 2, 1, 5, 0]),
@@ -227,6 +275,62 @@ class SurfaceMachine(RuleBasedStateMachine):
             self.pool += [made, plan]
         self._expect(False, lambda: FaultPlan(("not a rule",)))
 
+    @rule(faults=st.lists(st.sampled_from(INJECTOR_FAULTS), min_size=1, max_size=5),
+          windows=st.lists(st.sampled_from(INJECTOR_WINDOWS), min_size=5, max_size=5),
+          seed=st.sampled_from([0, 7, -3, 2**40]),
+          calls=st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(["a", "b"])), min_size=1, max_size=12))
+    def injector(self, faults: list[Any], windows: list[tuple[Any, ...]], seed: int,
+                 calls: list[tuple[str, str]]) -> None:
+        """``FaultInjector(plan).draw``, the contract's way for an adapter to apply a plan, against
+        the Faults section read literally: rules visited in order, a match counted whatever the
+        call's outcome, the window ``nth .. nth + count - 1``, a draw of the plan's generator only
+        for a rule with ``probability < 1``; what is due folded as the section says (delays and
+        reserves add up, ``MemoryPressure(None)`` fails the allocation, ``Malformed`` kinds in rule
+        order), and each firing logged with its call (every call counted), rule, op and session."""
+        from fakeshard.faults import FaultInjector
+
+        self._count()
+        rules = tuple(FaultRule(fault, op, session_id, nth, count, p)
+                      for fault, (op, session_id, nth, count, p) in zip(faults, windows))
+        injector = FaultInjector(FaultPlan(rules, seed))
+        generator = random.Random(seed)
+        matched = [0] * len(rules)
+        log = []
+        for call, (op, session_id) in enumerate(calls, 1):
+            drawn = injector.draw(op, session_id)
+            fired = []
+            for index, rule in enumerate(rules):
+                if rule.op not in ("any", op) or rule.session_id not in (None, session_id):
+                    continue
+                matched[index] += 1
+                if not (rule.nth <= matched[index] and (rule.count is None or matched[index] < rule.nth + rule.count)):
+                    continue
+                if rule.probability < 1 and not generator.random() < rule.probability:
+                    continue
+                fired.append(rule.fault)
+                log.append((call, index, op, session_id, rule.fault))
+            due = (sum(f.seconds for f in fired if isinstance(f, Delay)),
+                   any(isinstance(f, Crash) for f in fired),
+                   any(isinstance(f, MemoryPressure) and f.reserve_tokens is None for f in fired),
+                   sum(f.reserve_tokens or 0 for f in fired if isinstance(f, MemoryPressure)),
+                   tuple(f.kind for f in fired if isinstance(f, Malformed)),
+                   any(isinstance(f, DropResponse) for f in fired))
+            got = (drawn.delay, drawn.crash, drawn.fail_allocation, drawn.reserve_tokens, drawn.malformed, drawn.drop)
+            assert got == due, f"call {call} ({op} {session_id}) of {rules}: drew {got}, the contract says {due}"
+        assert [(f.call, f.rule, f.op, f.session_id, f.fault) for f in injector.log] == log
+        assert injector.calls == len(calls)
+        # The edges of a rule's numbers: each is refused on the far side of its bound only.
+        for build, ok in ((lambda: FaultRule(Crash(), probability=0), True),
+                          (lambda: FaultRule(Crash(), probability=1), True),
+                          (lambda: FaultRule(Crash(), probability=1.0000001), False),
+                          (lambda: FaultRule(Crash(), probability=-1e-9), False),
+                          (lambda: FaultRule(Crash(), nth=0), False), (lambda: FaultRule(Crash(), nth=0.5), False),
+                          (lambda: FaultRule(Crash(), count=0), False), (lambda: FaultRule(Crash(), count=0.5), False),
+                          (lambda: Delay(0), True), (lambda: Delay(1e-9), True), (lambda: Delay(-1e-9), False),
+                          (lambda: Delay(True), False), (lambda: Delay("0"), False),
+                          (lambda: MemoryPressure(0), True), (lambda: MemoryPressure(-1), False)):
+            self._expect(ok, build)
+
     @rule(ranges=st.lists(st.sampled_from([(0, 1), (0, 2), (1, 2), (1, 4), (2, 4), (3, 4), (0, 4), (2, 3)]),
                           max_size=3))
     def pipeline(self, ranges: list[tuple[int, int]]) -> None:
@@ -246,8 +350,32 @@ class SurfaceMachine(RuleBasedStateMachine):
         self._expect(False, lambda: Pipeline([self.config.factory(spec.with_layers(0, 2)),
                                               self.config.factory(other)]))
 
-    @rule(index=st.integers(0, 50), mutation=st.sampled_from(MUTATIONS))
-    def send_text(self, index: int, mutation: str) -> None:
+    @rule(index=st.integers(0, 50), part=st.integers(0, PARTS - 1))
+    def send_text(self, index: int, part: int) -> None:
+        """A pool value through the text wire: back exactly, and refused under damage (every
+        kind of damage in :data:`PARTS` steps)."""
+        for mutation in MUTATIONS[part::PARTS]:
+            self._send_text(index, mutation)
+        # A field the reader looks a name up by (kind, code, a fault's type, dtype) holding an
+        # array or an object: MalformedBundle, like any value of the wrong JSON type.
+        value = self.pool[index % len(self.pool)]
+        doc = json.loads(wire.dumps(value, hidden="base64"))
+        names = [(doc, k) for k, v in doc.items() if isinstance(v, str)]
+        names += [(doc["hidden"], "dtype")] if isinstance(doc.get("hidden"), dict) else []
+        names += [(r["fault"], "type") for r in doc.get("rules", [])]
+        for where, key in names:
+            for junk in ([], {}):
+                kept = where[key]
+                where[key] = junk
+                broken = json.dumps(doc)
+                where[key] = kept
+                self._expect(False, lambda: wire.loads(broken), (MalformedBundle,))
+                if key in ("kind", "code", "dtype") and isinstance(value, (TokenBundle, HiddenBundle, SampleBundle,
+                                                                           ShardError)):
+                    # The structural reading takes values as sent, but reads by these names.
+                    self._expect(False, lambda: wire.loads_unchecked(broken), (MalformedBundle,))
+
+    def _send_text(self, index: int, mutation: str) -> None:
         value = self.pool[index % len(self.pool)]
         text = wire.dumps(value)
         if mutation == "none":
@@ -286,10 +414,15 @@ class SurfaceMachine(RuleBasedStateMachine):
         limit = len(text) - 1 if mutation.startswith("oversize") else wire.MAX_TEXT_CHARS
         self._expect(False, lambda: wire.loads(broken, max_chars=limit), (MalformedBundle,))
 
-    @rule(index=st.integers(0, 50), mutation=st.sampled_from(FRAME_MUTATIONS),
-          form=st.sampled_from(["frame", "base64"]))
-    def send_binary(self, index: int, mutation: str, form: str) -> None:
-        """The binary forms: a round trip gives the value back; any damage is MalformedBundle."""
+    @rule(index=st.integers(0, 50), part=st.integers(0, PARTS - 1))
+    def send_binary(self, index: int, part: int) -> None:
+        """The binary forms: a round trip gives the value back; any damage is MalformedBundle
+        (every kind of damage in :data:`PARTS` steps)."""
+        for mutation in FRAME_MUTATIONS[part::PARTS]:
+            for form in ("frame", "base64"):
+                self._send_binary(index, mutation, form)
+
+    def _send_binary(self, index: int, mutation: str, form: str) -> None:
         hiddens = [v for v in self.pool if isinstance(v, HiddenBundle)]
         value = hiddens[index % len(hiddens)] if index % 2 else self.pool[index % len(self.pool)]
         hidden = isinstance(value, HiddenBundle)
@@ -436,8 +569,41 @@ class SurfaceMachine(RuleBasedStateMachine):
                         rules[0]["probability"] = number
                     edited = json.dumps({**doc, "rules": rules})
                     self._expect(False, lambda: wire.loads(edited), (MalformedBundle,))
+        # Every object has its kind and the contract's version; a bundle's and an error's keys are
+        # exactly the wire section's.
+        assert doc.get("contract") == "1" and doc.get("kind") == WIRE_KINDS[type(value).__name__ if not isinstance(
+            value, ShardError) else "ShardError"], doc
+        keys = WIRE_KEYS.get(doc["kind"])
+        if keys is not None:
+            extra = {"expected", "got"} if doc["kind"] == "error" and doc["code"] in ("cache_miss",
+                                                                                    "position_mismatch") else set()
+            assert set(doc) == keys | extra, (sorted(doc), sorted(keys | extra))
+        if isinstance(value, TokenBundle):
+            # A frame's header may be 1 MiB, not a byte more (JSON's whitespace fills it here).
+            head = json.dumps(doc).encode()
+            for size, ok in ((2**20, True), (2**20 + 1, False)):
+                padded = head + b" " * (size - len(head))
+                framed = b"FSB1" + len(padded).to_bytes(4, "little") + padded
+                if ok:
+                    assert same(wire.loadb(framed), value)
+                else:
+                    self._expect(False, lambda: wire.loadb(framed), (MalformedBundle,))
         if not isinstance(value, HiddenBundle):
             return
+        # float16: the values rounded to binary16 and resealed over them; a checksum that did not
+        # match its values is kept, so the damage stays visible.
+        half = value.array().astype(np.float16).astype(np.float32)
+        resealed = contract_checksum(value.session_id, value.epoch, value.start_pos, value.layer, half)
+        for back in (wire.loadb(wire.dumpb(value, dtype="float16")),
+                     wire.loads(wire.dumps(value, hidden="base64", dtype="float16"))):
+            assert np.array_equal(back.array(), half) and back.checksum == resealed, (back, resealed)
+        damaged = dataclasses.replace(value, checksum=("1" if value.checksum[0] == "0" else "0") + value.checksum[1:])
+        for dtype in ("float32", "float16"):
+            frame_sent, text_sent = wire.dumpb(damaged, dtype=dtype), wire.dumps(damaged, hidden="base64", dtype=dtype)
+            self._expect(False, lambda: wire.loadb(frame_sent), (MalformedBundle,))
+            self._expect(False, lambda: wire.loads(text_sent), (MalformedBundle,))
+            assert wire.loads_unchecked(frame_sent, frame=True).checksum == damaged.checksum
+            assert wire.loads_unchecked(text_sent).checksum == damaged.checksum
         # NaN: the strict reader refuses it; the transport's reading carries it to the receiver.
         nan_text = json.dumps({**doc, "hidden": [[math.nan] + doc["hidden"][0][1:]] + doc["hidden"][1:]})
         self._expect(False, lambda: wire.loads(nan_text), (MalformedBundle,))
@@ -461,11 +627,18 @@ class SurfaceMachine(RuleBasedStateMachine):
             else:
                 self._expect(False, lambda: wire.loads_unchecked(empty, frame=True), (MalformedBundle,))
 
-    @rule(what=st.sampled_from(["dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary",
-                                "cube_rows", "cube_binary", "compare", "junk_array", "loadb_type",
-                                "loadb_bytearray", "unchecked_types", "unchecked_fields", "unchecked_kind",
-                                "unchecked_text", "unchecked_deep", "unchecked_error", "unchecked_oversize"]))
-    def binary_edges(self, what: str) -> None:
+    BINARY_EDGES = ("dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary", "cube_rows",
+                    "cube_binary", "compare", "junk_array", "loadb_type", "loadb_bytearray", "unchecked_types",
+                    "unchecked_fields", "unchecked_kind", "unchecked_text", "unchecked_deep", "unchecked_error",
+                    "unchecked_oversize")
+
+    @rule(part=st.integers(0, PARTS - 1))
+    def binary_edges(self, part: int) -> None:
+        """Misuse of the data plane's API (every case in :data:`PARTS` steps)."""
+        for what in self.BINARY_EDGES[part::PARTS]:
+            self._binary_edge(what)
+
+    def _binary_edge(self, what: str) -> None:
         """Misuse of the data plane's API: each a typed error, or an answer the contract allows."""
         sealed = HiddenBundle.sealed("s", 0, 0, 1, np.array([[0.5, 0.25, 0.0, -0.5]], dtype=np.float32))
         junk = HiddenBundle("s", 0, 0, 1, (("x", None),), sealed.checksum)
@@ -512,53 +685,126 @@ class SurfaceMachine(RuleBasedStateMachine):
         build, errors = failing[what]
         self._expect(False, build, errors)
 
-    @rule(what=st.sampled_from(["int_array", "cube", "empty_array", "nan_array", "wide_array",
-                                "writable", "float64"]))
-    def validate_array(self, what: str) -> None:
-        """Hidden values as arrays: the same contract as rows, and frozen once in a bundle."""
-        spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4)
-        values = np.array([[0.5, 0.25, 0.0, -0.5]], dtype=np.float32)
-        if what in ("writable", "float64"):
-            self._count()
-            source = values.astype(np.float64) if what == "float64" else values.copy()
-            bundle = HiddenBundle.sealed("s", 0, 0, 1, source)
-            source[0, 0] = 9.0
-            assert validate(bundle, spec) is bundle and bundle.rows() == ((0.5, 0.25, 0.0, -0.5),)
-            assert bundle == HiddenBundle.sealed("s", 0, 0, 1, [(0.5, 0.25, 0.0, -0.5)])
-            return
-        bad = {
-            "int_array": lambda: np.array([[1, 2, 3, 4]]),
-            "cube": lambda: values.reshape(1, 2, 2),
-            "empty_array": lambda: np.zeros((0, 4), dtype=np.float32),
-            "nan_array": lambda: np.array([[0.5, np.nan, 0.0, 1.0]], dtype=np.float32),
-            "wide_array": lambda: np.zeros((1, 5), dtype=np.float32),
-        }[what]()
-        checksum = HiddenBundle.sealed("s", 0, 0, 1, values).checksum
-        if bad.ndim == 2 and bad.dtype.kind == "f":
-            checksum = HiddenBundle.sealed("s", 0, 0, 1, bad).checksum
-        self._expect(False, lambda: validate(HiddenBundle("s", 0, 0, 1, bad, checksum), spec), (MalformedBundle,))
+    @rule(session_id=st.sampled_from(["s", "模型-ü", "s\udc80", "", 3]),
+          epoch=st.sampled_from([0, 5, -1, True, "1"]))
+    def bundle_rules(self, session_id: Any, epoch: Any) -> None:
+        """Every rule ``validate`` holds a bundle to, met on both sides in each step.
 
-    @rule(what=st.sampled_from(["none", "int", "text", "dict", "spec", "empty_row", "checksum_type",
-                                "layer_past_model", "junk_values", "lists"]))
-    def validate_directly(self, what: str) -> None:
-        spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4)
-        good = HiddenBundle.sealed("s", 0, 0, 1, [(0.5, 0.25, 0.0, -0.5)])
-        if what == "lists":
+        The cases come from the contract's Names and Session rules: positions, tokens within
+        ``0..vocab_size-1``, a hidden bundle's layer a boundary inside the model, its values
+        finite floats of the spec's width, as rows or a 2-D float array, sealed by the
+        checksum the contract defines (computed here from its layout, :func:`contract_checksum`).
+        A refusal is ``MalformedBundle`` naming the bundle's session id and epoch where they
+        are well-typed (the Errors table).  Each step meets every case, so a short campaign
+        checks them all; the drawn identity decides which side a case must land on.
+        """
+        spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4, vocab_size=64)
+        wide = ShardSpec("surface-model", 4, 0, 4, hidden_size=8, vocab_size=64)
+        well = _well_typed(session_id, epoch)
+        row = (0.5, -0.25, 0.0, 1.0)
+        f32 = np.array([row], dtype=np.float32)
+
+        def hidden(rows: Any = (row,), layer: int = 1, checksum: Any = None, start: Any = 0) -> HiddenBundle:
+            if checksum is None:
+                checksum = contract_checksum(session_id, epoch, start, layer, rows)
+            return HiddenBundle(session_id, epoch, start, layer, rows, checksum)
+
+        def tokens(values: Any, start: Any = 0, contract: str = "1") -> TokenBundle:
+            return TokenBundle(session_id, epoch, start, values, contract)
+
+        def sample(pos: Any, token: Any) -> SampleBundle:
+            return SampleBundle(session_id, epoch, pos, token)
+
+        cases: list[tuple[str, Any, Optional[ShardSpec], bool]] = [
+            ("tokens", tokens((0, 63)), spec, True),
+            ("tokens at a later position", tokens((1,), start=3), spec, True),
+            ("no tokens", tokens(()), None, False),
+            ("a token at vocab_size", tokens((1, 64)), spec, False),
+            ("a token at vocab_size, no spec", tokens((1, 64)), None, True),
+            ("a negative token", tokens((-1,)), None, False),
+            ("a bool token", tokens((True,)), None, False),
+            ("a float token", tokens((1.0,)), None, False),
+            ("a negative start_pos", tokens((1,), start=-1), None, False),
+            ("a bool start_pos", tokens((1,), start=True), None, False),
+            ("another contract", tokens((1,), contract="2"), None, False),
+            ("rows", hidden(), spec, True),
+            ("rows into the last layer", hidden(layer=3), spec, True),
+            ("a layer at n_layers", hidden(layer=4), spec, False),
+            ("a layer at n_layers, no spec", hidden(layer=4), None, True),
+            ("layer 0", hidden(layer=0), None, False),
+            ("rows of one value, no spec", hidden(rows=((0.5,), (1.0,))), None, True),
+            ("rows of one value", hidden(rows=((0.5,), (1.0,))), spec, False),
+            ("rows wider than the spec", hidden(rows=(row + row,)), spec, False),
+            ("no rows", hidden(rows=()), None, False),
+            ("an empty row", hidden(rows=((),)), None, False),
+            ("ragged rows", HiddenBundle.sealed(session_id, epoch, 0, 1, (row, row[:3])), None, False),
+            ("NaN", hidden(rows=((math.nan,) + row[1:],)), None, False),
+            ("infinity", hidden(rows=(row[:3] + (-math.inf,),)), None, False),
+            ("an int beyond float64", hidden(rows=((10**400,) + row[1:],), checksum="0" * 16), None, False),
+            ("a wrong checksum", hidden(checksum="0" * 16), None, False),
+            ("a checksum of another layer", hidden(checksum=contract_checksum(session_id, epoch, 0, 2, (row,))),
+             None, False),
+            ("a checksum not a str", hidden(checksum=12), None, False),
+            ("a float32 array", hidden(rows=f32), spec, True),
+            ("a float64 array", hidden(rows=f32.astype(np.float64)), spec, True),
+            ("an int array", hidden(rows=np.array([[1, 2, 3, 4]]), checksum="0" * 16), None, False),
+            ("a 1-D array", hidden(rows=f32[0], checksum="0" * 16), None, False),
+            ("a 3-D array", hidden(rows=f32.reshape(1, 2, 2), checksum="0" * 16), None, False),
+            ("an array of no rows", hidden(rows=np.zeros((0, 4), dtype=np.float32)), None, False),
+            ("an array of empty rows", hidden(rows=np.zeros((1, 0), dtype=np.float32)), None, False),
+            ("an array holding NaN", hidden(rows=np.array([[0.5, np.nan, 0.0, 1.0]], dtype=np.float32)),
+             None, False),
+            ("an array wider than the spec", hidden(rows=np.zeros((1, 5), dtype=np.float32)), spec, False),
+            ("a sample", sample(1, 63), spec, True),
+            ("a sample token at vocab_size", sample(1, 64), spec, False),
+            ("a sample token at vocab_size, no spec", sample(1, 64), None, True),
+            ("a sample at pos 0", sample(0, 1), None, False),
+            ("a negative sample token", sample(1, -1), None, False),
+            ("a bool sample pos", sample(True, 1), None, False),
+        ]
+        for what, bundle, against, ok in cases:
             self._count()
-            token = TokenBundle("s", 0, 0, [1, 2])
-            hidden = HiddenBundle("s", 0, 0, 1, [[0.5, 0.25, 0.0, -0.5]], good.checksum)
-            assert token.tokens == (1, 2) and hidden == good and validate(hidden, spec) is hidden
+            if ok and well:
+                assert validate(bundle, against) is bundle, what
+                continue
+            try:
+                validate(bundle, against)
+            except MalformedBundle as err:
+                _check_names_the_bundle(err, bundle, what)
+            else:
+                raise AssertionError(f"validate accepted what the contract refuses ({what}): {bundle!r}")
+        for value in (None, 3, "bundle", {"session_id": "s"}, spec):
+            self._expect(False, lambda: validate(value, spec), (MalformedBundle,))
+        self._expect(False, lambda: HiddenBundle.sealed("s", 0, 0, 1, [("x", None)]), (MalformedBundle,))
+        # The frame of the contract's first test vector, byte for byte (its compact header).
+        header = (b'{"kind":"hidden_bundle","contract":"1","session_id":"s1","epoch":0,"start_pos":0,"layer":1,'
+                  b'"hidden":{"dtype":"float32","shape":[1,4]},"checksum":"312b2ef2fb97af6d"}')
+        assert wire.dumpb(HiddenBundle.sealed("s1", 0, 0, 1, [row])) == \
+            b"FSB1" + len(header).to_bytes(4, "little") + header + np.array([row], dtype="<f4").tobytes()
+        if not well:
             return
-        if what == "junk_values":
-            self._expect(False, lambda: HiddenBundle.sealed("s", 0, 0, 1, [("x", None)]), (MalformedBundle,))
-            return
-        bad = {
-            "none": None, "int": 3, "text": "bundle", "dict": {"session_id": "s"}, "spec": spec,
-            "empty_row": HiddenBundle.sealed("s", 0, 0, 1, [()]),
-            "checksum_type": HiddenBundle("s", 0, 0, 1, good.hidden, 12),
-            "layer_past_model": HiddenBundle.sealed("s", 0, 0, 4, good.hidden),
-        }[what]
-        self._expect(False, lambda: validate(bad, spec), (MalformedBundle,))
+        # Lists are held as tuples; rows, an array and a float64 array of the same float32 values
+        # are equal and share the checksum, and a bundle's values are frozen.
+        assert tokens([1, 2]).tokens == (1, 2) and validate(tokens([1, 2]), spec).tokens == (1, 2)
+        listed = hidden(rows=[list(row)])
+        assert listed.hidden == (row,) and listed == hidden() == hidden(rows=f32) == hidden(rows=f32.astype(np.float64))
+        other = hidden(rows=((0.5, -0.25, 0.0, 2.0),), checksum=hidden().checksum)
+        assert other != hidden() and hidden() != other and other != hidden(rows=f32) and hidden(rows=f32) != other
+        for sealed_rows in ([row], f32, f32.astype(np.float64), []):
+            sealed = HiddenBundle.sealed(session_id, epoch, 0, 1, sealed_rows)
+            assert sealed.checksum == contract_checksum(session_id, epoch, 0, 1, sealed_rows), sealed_rows
+        assert hidden(rows=()).array().shape == (0, 0)  # the checksum's 0x0: no rows
+        writable = f32.copy()
+        held = hidden(rows=writable)
+        writable[0, 0] = 9.0
+        assert held.rows() == (row,) and not held.hidden.flags.writeable
+        for bundle in (held, hidden()):
+            out = bundle.array()
+            assert out.dtype == np.float32 and not out.flags.writeable and out.tolist() == [list(row)]
+        # A bundle found valid for one width is not valid for another.
+        once = hidden()
+        assert validate(once, spec) is once and validate(once) is once
+        self._expect(False, lambda: validate(once, wide), (MalformedBundle,))
 
     @rule(code=st.sampled_from(sorted(ERROR_CODES)), sid=st.sampled_from([None, "s"]),
           epoch=st.sampled_from([None, 0, 9]), bad_field=st.booleans())
