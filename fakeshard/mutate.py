@@ -232,10 +232,25 @@ def only_words(diff: str) -> bool:
         at = next((i for i, old in enumerate(lines) if old == line), None)
         if at is None:  # an added line: it stands where the removed one stood
             at = next((i for i, old in enumerate(lines) if old in removed), None)
-        opener = next((old for old in reversed(lines[:at]) if not _only_literals(old)), "") if at is not None else ""
-        if not _MESSAGE_LINE.search(opener):
+        if not _MESSAGE_LINE.search(_opener(lines[:at]) if at is not None else ""):
             return False
     return True
+
+
+def _opener(before: list[str]) -> str:
+    """The line that opens the bracket the next line stands in: walking back from it, the first
+    line whose brackets leave one open (so a message argument on its own line, after other
+    arguments on theirs, finds the ``raise _fail(`` above them)."""
+    depth = 0
+    for line in reversed(before):
+        for kind, text in _tokens([line]):
+            if kind == "T" and text in ("(", "[", "{"):
+                depth += 1
+            elif kind == "T" and text in (")", "]", "}"):
+                depth -= 1
+        if depth > 0:
+            return line
+    return ""
 
 
 def _only_literals(line: str) -> bool:

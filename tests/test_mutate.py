@@ -73,6 +73,19 @@ def test_a_literal_alone_on_its_line_is_a_messages_words_only_where_it_continues
     assert not only_words(_diff(removed, added))
 
 
+def test_a_message_argument_on_its_own_line_finds_the_call_that_opens_it():
+    message, words = '                f"layer {n} is past the model",', '                None,'
+    spread = "            raise _fail(\n                bundle,"
+    assert only_words(_diff(message, words, before=spread))
+    # an argument line of its own that closes the call above leaves no bracket open
+    assert not only_words(_diff(message, words, before="            check(bundle)\n                x,"))
+    # the ids argument on its own line is no message's words
+    assert not only_words(_diff("                bundle,", "                None,", before="            raise _fail("))
+    # a literal in a call that does not build an error, below one that did and closed
+    closed = "        raise _fail(bundle, f\"bad\")\n        values = ("
+    assert not only_words(_diff('            "float32",', '            "XXfloat32XX",', before=closed))
+
+
 @pytest.mark.parametrize("removed, added", [
     ('            "seed": obj.seed,', '            "SEED": obj.seed,'),  # a key of the wire form
     ('    return {"type": fault.type_name}', '    return {"TYPE": fault.type_name}'),
