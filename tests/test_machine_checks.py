@@ -382,3 +382,50 @@ def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
     monkeypatch.setattr(wire, "_MAX_HEADER_BYTES", 2**20 - 1)
     with pytest.raises(MalformedBundle):
         _surface(TokenBundle("s", 0, 0, (1, 2))).reader_edges(index=0)
+
+
+@pytest.mark.parametrize("kind", ["checksum", "session", "token_range"])
+def test_the_pipeline_answers_pass_the_pipeline_as_it_is(kind):
+    _surface().pipeline_answers(kind=kind)
+
+
+def test_a_pipeline_that_passes_a_broken_answer_on_is_caught(monkeypatch):
+    monkeypatch.setattr("fakeshard.pipeline.answer_problem", lambda *args, **kw: None)
+    with pytest.raises(AssertionError, match="passed on stage 0's output broken by Malformed"):
+        _surface().pipeline_answers(kind="session")
+
+
+def test_a_pipeline_cancel_that_raises_the_last_stages_error_is_caught(monkeypatch):
+    def last_error(self, op, session_id, epoch):
+        errors = []
+        for i, stage in enumerate(self.stages):
+            try:
+                getattr(stage, op)(session_id, epoch)
+            except Exception as exc:
+                errors.append((i, exc))
+        if errors:
+            self.last_failed_stage, exc = errors[-1]
+            raise exc
+
+    monkeypatch.setattr(Pipeline, "_everywhere", last_error)
+    with pytest.raises(AssertionError, match="last_failed_stage|StaleEpoch"):
+        _surface().pipeline_answers(kind="checksum")
+
+
+def test_a_machine_with_an_examples_cap_runs_at_most_that_many_in_a_long_campaign(monkeypatch):
+    from hypothesis import settings
+
+    from fakeshard.testing import profiles
+    from fakeshard.testing.campaign import machine_settings
+    from fakeshard.testing.surface import SurfaceMachine
+
+    monkeypatch.delenv("FAKESHARD_MAX_EXAMPLES", raising=False)
+    try:
+        for profile, want in (("ci", SurfaceMachine.examples_cap), ("mutate", 25)):
+            settings.load_profile(profile)
+            assert machine_settings(SurfaceMachine.examples_cap).max_examples == want
+            assert machine_settings().max_examples == settings.default.max_examples
+        monkeypatch.setenv("FAKESHARD_MAX_EXAMPLES", "400")  # asked for: taken as it is
+        assert machine_settings(SurfaceMachine.examples_cap).max_examples == 400
+    finally:
+        profiles.load_default()

@@ -42,12 +42,19 @@ def _int_env(name: str) -> Optional[int]:
     return number
 
 
-def machine_settings() -> Settings:
-    """The loaded profile, with the campaign's overrides."""
+def machine_settings(examples_cap: Optional[int] = None) -> Settings:
+    """The loaded profile, with the campaign's overrides.
+
+    ``examples_cap`` bounds the profile's ``max_examples`` for a machine whose rules meet their
+    cases in a few steps (the surface machine): past it, more examples repeat them.  An explicit
+    ``FAKESHARD_MAX_EXAMPLES`` is taken as it is.
+    """
     overrides: dict[str, Any] = {}
     examples, steps = _int_env("FAKESHARD_MAX_EXAMPLES"), _int_env("FAKESHARD_STEPS")
     if examples is not None:
         overrides["max_examples"] = max(examples, 1)
+    elif examples_cap is not None and Settings.default.max_examples > examples_cap:
+        overrides["max_examples"] = examples_cap
     if steps is not None:
         overrides["stateful_step_count"] = max(steps, 1)
     shared = database.from_environment(Settings.default.derandomize)

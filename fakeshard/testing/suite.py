@@ -37,7 +37,8 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
     before = probes.reached.copy()
     failed = True
     try:
-        run_machine(machine, config, settings=machine_settings(), seed=worker_seed(), save_dir=traces_dir())
+        run_machine(machine, config, settings=machine_settings(getattr(machine, "examples_cap", None)),
+                    seed=worker_seed(), save_dir=traces_dir())
         failed = False
     finally:
         reached = probes.reached - before

@@ -39,10 +39,12 @@ from fakeshard import (
     SampleBundle,
     ShardError,
     ShardSpec,
+    StaleEpoch,
     TokenBundle,
     VirtualClock,
     wire,
 )
+from fakeshard.pipeline import answer_problem
 from fakeshard.errors import ERROR_CODES
 from fakeshard.factory import FactoryError, load_factory
 from fakeshard.faults import MALFORMED_KINDS, OPS
@@ -191,6 +193,11 @@ def _framed(head: dict[str, Any], body: bytes = b"") -> bytes:
     return b"FSB1" + len(text).to_bytes(4, "little") + text + body
 
 
+def replace_checksum(bundle: HiddenBundle) -> HiddenBundle:
+    """``bundle`` with a checksum that differs from its own in the first digit."""
+    return dataclasses.replace(bundle, checksum=("1" if bundle.checksum[0] == "0" else "0") + bundle.checksum[1:])
+
+
 def _build_fault(kind: str, arg: Any) -> Any:
     return {"delay": lambda: Delay(arg), "memory_pressure": lambda: MemoryPressure(arg),
             "malformed": lambda: Malformed(arg), "crash": Crash, "drop_response": DropResponse}[kind]()
@@ -200,6 +207,9 @@ class SurfaceMachine(RuleBasedStateMachine):
     """Construction, transport and inspection of every public value."""
 
     machine_name = "surface"
+    #: Each rule meets every case it has within a few steps, so a long campaign's examples past
+    #: these repeat them (``ci``'s 500 run as 250; ``mutate``'s 25 stay 25).
+    examples_cap = 250
 
     def __init__(self, config: MachineConfig) -> None:
         super().__init__()
@@ -319,6 +329,11 @@ class SurfaceMachine(RuleBasedStateMachine):
             assert got == due, f"call {call} ({op} {session_id}) of {rules}: drew {got}, the contract says {due}"
         assert [(f.call, f.rule, f.op, f.session_id, f.fault) for f in injector.log] == log
         assert injector.calls == len(calls)
+        # A fired fault as the control port's log carries it: the fault record of a rule's JSON.
+        for fault in faults:
+            assert wire.fault_from_dict(json.loads(wire.dumps(FaultRule(fault)))["fault"]) == fault
+        for junk in (3, [], {"type": "meltdown"}, {"type": "delay"}, {"type": "crash", "seconds": 1}):
+            self._expect(False, lambda: wire.fault_from_dict(junk), (MalformedBundle,))
         # The edges of a rule's numbers: each is refused on the far side of its bound only.
         for build, ok in ((lambda: FaultRule(Crash(), probability=0), True),
                           (lambda: FaultRule(Crash(), probability=1), True),
@@ -349,6 +364,64 @@ class SurfaceMachine(RuleBasedStateMachine):
         other = ShardSpec("other-model", 4, 2, 4)
         self._expect(False, lambda: Pipeline([self.config.factory(spec.with_layers(0, 2)),
                                               self.config.factory(other)]))
+
+    @rule(kind=st.sampled_from(MALFORMED_KINDS))
+    def pipeline_answers(self, kind: str) -> None:
+        """A pipeline judges each stage's answer against its request (the Faults section's
+        ``Malformed`` row): a stage whose output breaks in the drawn way is refused with
+        ``MalformedBundle`` naming the call, before anything is passed on, and ``last_failed_stage``
+        names it; ``answer_problem``, the same judgement for any caller, finds each way an answer
+        can differ from its request and nothing in a right one. Cancel reaches every stage and
+        raises the first stage's error."""
+        spec = ShardSpec("surface-model", 4, 0, 4)
+        ranges = ((0, 1), (1, 3), (3, 4))
+        hidden_kinds = ("checksum", "shape", "layer", "nan")
+        where = [i for i in range(len(ranges)) if (kind in hidden_kinds and i < 2) or (kind == "token_range" and i == 2)
+                 or kind in ("session", "epoch", "position")]
+        for broken in where:
+            plans = [FaultPlan((FaultRule(Malformed(kind), op="prefill", count=1),)) if i == broken else None
+                     for i in range(len(ranges))]
+            pipe = Pipeline([self.config.factory(spec.with_layers(a, b), faults=plans[i])
+                             for i, (a, b) in enumerate(ranges)])
+            self._count()
+            try:
+                pipe.prefill("s", 2, 0, [1, 2])
+            except MalformedBundle as err:
+                assert (err.session_id, err.epoch) == ("s", 2), err
+                assert pipe.last_failed_stage == broken, (kind, broken, pipe.last_failed_stage)
+            else:
+                raise AssertionError(f"a pipeline passed on stage {broken}'s output broken by Malformed({kind!r})")
+            for later in pipe.stages[broken + 1:]:
+                assert later.used_tokens == 0, f"stage {broken}'s broken output reached a later stage"
+        # A right run leaves last_failed_stage None; a stale cancel raises stage 0's StaleEpoch.
+        pipe = Pipeline([self.config.factory(spec.with_layers(a, b)) for a, b in ranges])
+        sample = pipe.prefill("s", 2, 0, [1, 2])
+        assert pipe.last_failed_stage is None and sample.pos == 2 and pipe.used_tokens == 6
+        try:
+            pipe.cancel("s", 1)
+        except StaleEpoch as err:
+            assert (err.session_id, err.epoch) == ("s", 1) and pipe.last_failed_stage == 0, err
+        else:
+            raise AssertionError("a cancel at an older epoch than every stage has seen was not refused")
+        assert pipe.used_tokens == 6  # a refused cancel changes nothing
+        # answer_problem: a right answer has none; each difference from the request is one.
+        request = TokenBundle("s", 2, 3, (1, 2))
+        rows = [(0.5, 0.0, -0.5, 1.0, 0.25, 0.0, 0.0, 2.0)] * 2
+        right = HiddenBundle.sealed("s", 2, 3, 1, rows)
+        head = spec.with_layers(0, 1)
+        assert answer_problem(head, request, 2, right, last=False, model=spec) is None
+        assert answer_problem(spec.with_layers(3, 4), request, 2, SampleBundle("s", 2, 5, 7), last=True) is None
+        wrong = [(head, HiddenBundle.sealed("t", 2, 3, 1, rows), False), (head, HiddenBundle.sealed("s", 1, 3, 1, rows), False),
+                 (head, HiddenBundle.sealed("s", 2, 2, 1, rows), False), (head, HiddenBundle.sealed("s", 2, 3, 1, rows[:1]), False),
+                 (head, HiddenBundle.sealed("s", 2, 3, 2, rows), False), (head, replace_checksum(right), False),
+                 (head, HiddenBundle.sealed("s", 2, 3, 1, [r[:4] for r in rows]), False),
+                 (head, SampleBundle("s", 2, 5, 7), False), (head, right, True),
+                 (spec.with_layers(3, 4), SampleBundle("s", 2, 4, 7), True),
+                 (spec.with_layers(3, 4), SampleBundle("s", 2, 5, spec.vocab_size), True),
+                 (spec.with_layers(3, 4), SampleBundle("t", 2, 5, 7), True)]
+        for stage, out, last in wrong:
+            problem = answer_problem(stage, request, 2, out, last=last, model=spec)
+            assert isinstance(problem, str) and problem, (stage, out, last, problem)
 
     @rule(index=st.integers(0, 50), part=st.integers(0, PARTS - 1))
     def send_text(self, index: int, part: int) -> None:
@@ -597,7 +670,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         for back in (wire.loadb(wire.dumpb(value, dtype="float16")),
                      wire.loads(wire.dumps(value, hidden="base64", dtype="float16"))):
             assert np.array_equal(back.array(), half) and back.checksum == resealed, (back, resealed)
-        damaged = dataclasses.replace(value, checksum=("1" if value.checksum[0] == "0" else "0") + value.checksum[1:])
+        damaged = replace_checksum(value)
         for dtype in ("float32", "float16"):
             frame_sent, text_sent = wire.dumpb(damaged, dtype=dtype), wire.dumps(damaged, hidden="base64", dtype=dtype)
             self._expect(False, lambda: wire.loadb(frame_sent), (MalformedBundle,))
