@@ -286,7 +286,7 @@ def _surface(*values):
     from fakeshard.testing.machines import MachineConfig
     from fakeshard.testing.surface import SurfaceMachine
 
-    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
+    machine = SurfaceMachine(MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine"))
     machine.seed_pool()
     machine.pool[:] = list(values) or machine.pool
     return machine
@@ -429,3 +429,30 @@ def test_a_machine_with_an_examples_cap_runs_at_most_that_many_in_a_long_campaig
         assert machine_settings(SurfaceMachine.examples_cap).max_examples == 400
     finally:
         profiles.load_default()
+
+
+@pytest.mark.parametrize("session_id, epoch", [("s", -1), ("", 0), (7, True), ("s", "1")])
+def test_the_bad_calls_pass_the_engine_as_it_is(session_id, epoch):
+    _surface().bad_calls(session_id=session_id, epoch=epoch)
+
+
+def test_a_cancel_with_a_bool_epoch_taken_as_1_is_caught(monkeypatch):
+    close = FakeShardEngine._close
+
+    def takes_bools(self, op, status, session_id, epoch):
+        return close(self, op, status, session_id, int(epoch) if isinstance(epoch, bool) else epoch)
+
+    monkeypatch.setattr(FakeShardEngine, "_close", takes_bools)
+    with pytest.raises(AssertionError, match="was not refused"):
+        _surface().bad_calls(session_id="s", epoch=True)
+
+
+def test_a_capacity_of_minus_one_taken_is_caught(monkeypatch):
+    init = FakeShardEngine.__init__
+
+    def takes_negative(self, spec, *args, capacity_tokens=None, **kw):
+        init(self, spec, *args, capacity_tokens=None if capacity_tokens == -1 else capacity_tokens, **kw)
+
+    monkeypatch.setattr(FakeShardEngine, "__init__", takes_negative)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface().engine_arguments(name="fakeshard", capacity=None, clock="none", faults="none")

@@ -137,7 +137,11 @@ def _well_typed(session_id: Any, epoch: Any) -> bool:
 
 def _check_names_the_bundle(err: MalformedBundle, bundle: Any, what: str) -> None:
     """A refusal names the bundle's well-typed session id and epoch; otherwise each is the value or None."""
-    session_id, epoch = bundle.session_id, bundle.epoch
+    _check_names(err, bundle.session_id, bundle.epoch, what)
+
+
+def _check_names(err: ShardError, session_id: Any, epoch: Any, what: str) -> None:
+    """An error names the call's well-typed session id and epoch; otherwise each is the value or None."""
     if _well_typed(session_id, epoch):
         assert (err.session_id, err.epoch) == (session_id, epoch), \
             f"the refusal of {what} names session {err.session_id!r} epoch {err.epoch!r}, not {session_id!r} {epoch!r}"
@@ -364,6 +368,28 @@ class SurfaceMachine(RuleBasedStateMachine):
         other = ShardSpec("other-model", 4, 2, 4)
         self._expect(False, lambda: Pipeline([self.config.factory(spec.with_layers(0, 2)),
                                               self.config.factory(other)]))
+
+    @rule(session_id=st.sampled_from(["s", "", 7, None]), epoch=st.sampled_from([0, -1, True, "1", 1.5, None]))
+    def bad_calls(self, session_id: Any, epoch: Any) -> None:
+        """Cancel and release with an ill-typed identity, on a fresh engine of the factory:
+        ``MalformedBundle`` (the check after engine up), naming the call as the Errors table
+        says, and nothing recorded: no tombstone, nothing held, so a prefill at epoch 0 after
+        them is served."""
+        if _well_typed(session_id, epoch):
+            return
+        engine = self.config.factory(ShardSpec("surface-model", 4, 0, 4))
+        for op in ("cancel", "release"):
+            self._count()
+            try:
+                getattr(engine, op)(session_id, epoch)
+            except MalformedBundle as err:
+                _check_names(err, session_id, epoch, f"{op}({session_id!r}, {epoch!r})")
+            else:
+                raise AssertionError(f"{op}({session_id!r}, {epoch!r}) was not refused")
+        assert engine.used_tokens == 0
+        if isinstance(session_id, str) and session_id:
+            assert engine.session(session_id) is None, f"a refused call left {engine.session(session_id)!r}"
+            assert engine.prefill(TokenBundle(session_id, 0, 0, (1, 2))).pos == 2
 
     @rule(kind=st.sampled_from(MALFORMED_KINDS))
     def pipeline_answers(self, kind: str) -> None:
@@ -942,5 +968,10 @@ class SurfaceMachine(RuleBasedStateMachine):
             if hasattr(engine, "session_ids"):
                 assert engine.session_ids() == () and engine.crashed is False
                 assert engine.fault_plan == (chosen_faults or FaultPlan()) and engine.fault_log == ()
+        # Every capacity edge in each step: None or an int >= 0, nothing else.
+        for each in (None, 0, 1, 5, -1, "5", True, 2.0):
+            made = self._expect(each is None or (_is_int(each) and each >= 0),
+                                lambda: self.config.factory(spec, capacity_tokens=each))
+            assert made is None or made.capacity_tokens == each
         self._expect(False, lambda: self.config.factory({"model_id": "m"}))
         self._expect(False, lambda: self.config.factory(spec, seed="1"))
