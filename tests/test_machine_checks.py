@@ -456,3 +456,23 @@ def test_a_capacity_of_minus_one_taken_is_caught(monkeypatch):
     monkeypatch.setattr(FakeShardEngine, "__init__", takes_negative)
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _surface().engine_arguments(name="fakeshard", capacity=None, clock="none", faults="none")
+
+
+def test_a_pipeline_labelled_real_model_with_a_fixture_stage_is_caught(monkeypatch):
+    init = Pipeline.__init__
+
+    def any_real(self, stages):
+        init(self, stages)
+        if any(getattr(s, "evidence_class", None) == "real-model" for s in self.stages):
+            self.evidence_class = "real-model"
+
+    monkeypatch.setattr(Pipeline, "__init__", any_real)
+    with pytest.raises(AssertionError):
+        _surface().pipeline_answers(kind="checksum")
+
+
+def test_a_generate_that_gives_one_token_too_many_is_caught(monkeypatch):
+    generate = Pipeline.generate
+    monkeypatch.setattr(Pipeline, "generate", lambda self, sid, prompt, n, epoch=0: generate(self, sid, prompt, n + 1, epoch))
+    with pytest.raises(AssertionError):
+        _surface().pipeline_answers(kind="checksum")

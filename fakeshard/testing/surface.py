@@ -430,6 +430,21 @@ class SurfaceMachine(RuleBasedStateMachine):
         else:
             raise AssertionError("a cancel at an older epoch than every stage has seen was not refused")
         assert pipe.used_tokens == 6  # a refused cancel changes nothing
+        # generate gives exactly max_new_tokens tokens, an int >= 1.
+        assert len(pipe.generate("g", [1, 2], 3)) == 3 and len(pipe.generate("h", [1], 1)) == 1
+        for bad in (0, -1, True, 1.0, "2"):
+            self._expect(False, lambda: pipe.generate("i", [1], bad))
+        # A pipeline is real-model only if every stage is (the README, "a pipeline's evidence_class").
+        stages = [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]
+        classes = [getattr(stage, "evidence_class", None) for stage in stages]
+        assert Pipeline(stages).evidence_class == ("real-model" if set(classes) == {"real-model"} else "fixture")
+        if set(classes) == {"fixture"}:
+            claims = [gold_engine(stage.spec) for stage in stages]
+            for claim in claims:
+                claim.evidence_class = "real-model"
+            assert Pipeline(claims).evidence_class == "real-model"
+            assert Pipeline([stages[0]] + claims[1:]).evidence_class == "fixture"
+            assert Pipeline(claims[:2] + [stages[2]]).evidence_class == "fixture"
         # answer_problem: a right answer has none; each difference from the request is one.
         request = TokenBundle("s", 2, 3, (1, 2))
         rows = [(0.5, 0.0, -0.5, 1.0, 0.25, 0.0, 0.0, 2.0)] * 2
