@@ -81,6 +81,13 @@ class Oracle:
         return HiddenBundle.sealed(session_id, epoch, start, whole.layer, whole.hidden[start:])
 
 
+def well_typed(session_id: Any, epoch: Any) -> bool:
+    """Whether an error must carry exactly this session id and epoch (the contract's Errors
+    table: a non-empty str and an int >= 0; otherwise each may be the call's value or None)."""
+    return isinstance(session_id, str) and session_id != "" and isinstance(epoch, int) \
+        and not isinstance(epoch, bool) and epoch >= 0
+
+
 class RuleCounters:
     """The contract's fault-drawing, literally: count matches, fire in the window."""
 
@@ -90,6 +97,11 @@ class RuleCounters:
         self.rng = random.Random(plan.seed)
 
     def draw(self, op: str, session_id: Any) -> list[Any]:
+        """The faults that fire on this call, in rule order."""
+        return [fault for _, fault in self.draw_indexed(op, session_id)]
+
+    def draw_indexed(self, op: str, session_id: Any) -> list[tuple[int, Any]]:
+        """Each fault that fires on this call with the index of its rule, in rule order."""
         fired = []
         for i, rule in enumerate(self.rules):
             if rule.op not in ("any", op) or rule.session_id not in (None, session_id):
@@ -101,7 +113,7 @@ class RuleCounters:
                 continue
             if rule.probability < 1.0 and not self.rng.random() < rule.probability:
                 continue
-            fired.append(rule.fault)
+            fired.append((i, rule.fault))
         return fired
 
 
@@ -149,9 +161,7 @@ class Model:
             self.crashed = True
             self.sessions = {}
         names = tuple(type(f).__name__ for f in fired)
-        well_typed = isinstance(session_id, str) and session_id != "" and isinstance(epoch, int) \
-            and not isinstance(epoch, bool) and epoch >= 0
-        ids = {"session_id": session_id, "epoch": epoch} if valid or well_typed else {}
+        ids = {"session_id": session_id, "epoch": epoch} if valid or well_typed(session_id, epoch) else {}
         if self.crashed:
             return fired, names, ids, Expected("engine_crashed", "down", ids, fired=names)
         if not valid:

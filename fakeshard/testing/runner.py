@@ -193,7 +193,7 @@ def broken_the_fixture_way(clean: Any, kinds: tuple[str, ...], spec: ShardSpec) 
         elif kind == "position":
             start += 1
     out = HiddenBundle.sealed(sid, epoch, start, layer, np.array(rows, dtype=np.float32))
-    return dataclasses.replace(out, checksum=_damaged(out.checksum)) if "checksum" in kinds else out
+    return dataclasses.replace(out, checksum=damaged_checksum(out.checksum)) if "checksum" in kinds else out
 
 
 def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
@@ -216,10 +216,10 @@ def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
     if not judge.rows_match(np.nan_to_num(a).tolist(), np.nan_to_num(b).tolist()):
         return False
     right = _resealed(actual)
-    return actual.checksum == (_damaged(right) if "checksum" in kinds else right)
+    return actual.checksum == (damaged_checksum(right) if "checksum" in kinds else right)
 
 
-def _damaged(checksum: str) -> str:
+def damaged_checksum(checksum: str) -> str:
     """The fixture's ``checksum`` break of a right checksum: its first hex digit to ``0``, or ``1``."""
     return ("0" if checksum[0] != "0" else "1") + checksum[1:]
 

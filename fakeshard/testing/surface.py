@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import pickle
-import random
 from typing import Any, Optional
 
 import numpy as np
@@ -50,7 +49,8 @@ from fakeshard.factory import FactoryError, load_factory
 from fakeshard.faults import MALFORMED_KINDS, OPS
 from fakeshard.feeder import Feeder
 from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.runner import same
+from fakeshard.testing.model import RuleCounters, well_typed
+from fakeshard.testing.runner import damaged_checksum, same
 
 
 def _is_int(v: Any) -> bool:
@@ -130,11 +130,6 @@ MUTATIONS = ("none", "truncate", "drop_key", "extra_key", "object_value", "nan",
              "null_value", "bool_value", "array", "bad_rule", "rule_not_object", "fault_not_object")
 
 
-def _well_typed(session_id: Any, epoch: Any) -> bool:
-    """Whether an error must carry exactly this session id and epoch (the contract's Errors table)."""
-    return isinstance(session_id, str) and session_id != "" and _is_int(epoch) and epoch >= 0
-
-
 def _check_names_the_bundle(err: MalformedBundle, bundle: Any, what: str) -> None:
     """A refusal names the bundle's well-typed session id and epoch; otherwise each is the value or None."""
     _check_names(err, bundle.session_id, bundle.epoch, what)
@@ -142,7 +137,7 @@ def _check_names_the_bundle(err: MalformedBundle, bundle: Any, what: str) -> Non
 
 def _check_names(err: ShardError, session_id: Any, epoch: Any, what: str) -> None:
     """An error names the call's well-typed session id and epoch; otherwise each is the value or None."""
-    if _well_typed(session_id, epoch):
+    if well_typed(session_id, epoch):
         assert (err.session_id, err.epoch) == (session_id, epoch), \
             f"the refusal of {what} names session {err.session_id!r} epoch {err.epoch!r}, not {session_id!r} {epoch!r}"
     else:
@@ -191,15 +186,10 @@ def _frame_parts(frame: bytes) -> tuple[dict[str, Any], bytes]:
     return json.loads(frame[8:8 + size]), frame[8 + size:]
 
 
-def _framed(head: dict[str, Any], body: bytes = b"") -> bytes:
-    """The frame of header ``head`` and payload ``body``."""
-    text = json.dumps(head).encode()
+def _framed(head: Any, body: bytes = b"") -> bytes:
+    """The frame of header ``head`` (a JSON object, or its bytes as they are) and payload ``body``."""
+    text = head if isinstance(head, bytes) else json.dumps(head).encode()
     return b"FSB1" + len(text).to_bytes(4, "little") + text + body
-
-
-def replace_checksum(bundle: HiddenBundle) -> HiddenBundle:
-    """``bundle`` with a checksum that differs from its own in the first digit."""
-    return dataclasses.replace(bundle, checksum=("1" if bundle.checksum[0] == "0" else "0") + bundle.checksum[1:])
 
 
 def _build_fault(kind: str, arg: Any) -> Any:
@@ -306,23 +296,14 @@ class SurfaceMachine(RuleBasedStateMachine):
         self._count()
         rules = tuple(FaultRule(fault, op, session_id, nth, count, p)
                       for fault, (op, session_id, nth, count, p) in zip(faults, windows))
-        injector = FaultInjector(FaultPlan(rules, seed))
-        generator = random.Random(seed)
-        matched = [0] * len(rules)
+        plan = FaultPlan(rules, seed)
+        injector, reading = FaultInjector(plan), RuleCounters(plan)  # reading: the section, as the model reads it
         log = []
         for call, (op, session_id) in enumerate(calls, 1):
             drawn = injector.draw(op, session_id)
-            fired = []
-            for index, rule in enumerate(rules):
-                if rule.op not in ("any", op) or rule.session_id not in (None, session_id):
-                    continue
-                matched[index] += 1
-                if not (rule.nth <= matched[index] and (rule.count is None or matched[index] < rule.nth + rule.count)):
-                    continue
-                if rule.probability < 1 and not generator.random() < rule.probability:
-                    continue
-                fired.append(rule.fault)
-                log.append((call, index, op, session_id, rule.fault))
+            indexed = reading.draw_indexed(op, session_id)
+            log += [(call, index, op, session_id, fault) for index, fault in indexed]
+            fired = [fault for _, fault in indexed]
             due = (sum(f.seconds for f in fired if isinstance(f, Delay)),
                    any(isinstance(f, Crash) for f in fired),
                    any(isinstance(f, MemoryPressure) and f.reserve_tokens is None for f in fired),
@@ -375,7 +356,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         ``MalformedBundle`` (the check after engine up), naming the call as the Errors table
         says, and nothing recorded: no tombstone, nothing held, so a prefill at epoch 0 after
         them is served."""
-        if _well_typed(session_id, epoch):
+        if well_typed(session_id, epoch):
             return
         engine = self.config.factory(ShardSpec("surface-model", 4, 0, 4))
         for op in ("cancel", "release"):
@@ -454,7 +435,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         assert answer_problem(spec.with_layers(3, 4), request, 2, SampleBundle("s", 2, 5, 7), last=True) is None
         wrong = [(head, HiddenBundle.sealed("t", 2, 3, 1, rows), False), (head, HiddenBundle.sealed("s", 1, 3, 1, rows), False),
                  (head, HiddenBundle.sealed("s", 2, 2, 1, rows), False), (head, HiddenBundle.sealed("s", 2, 3, 1, rows[:1]), False),
-                 (head, HiddenBundle.sealed("s", 2, 3, 2, rows), False), (head, replace_checksum(right), False),
+                 (head, HiddenBundle.sealed("s", 2, 3, 2, rows), False), (head, dataclasses.replace(right, checksum=damaged_checksum(right.checksum)), False),
                  (head, HiddenBundle.sealed("s", 2, 3, 1, [r[:4] for r in rows]), False),
                  (head, SampleBundle("s", 2, 5, 7), False), (head, right, True),
                  (spec.with_layers(3, 4), SampleBundle("s", 2, 4, 7), True),
@@ -696,8 +677,7 @@ class SurfaceMachine(RuleBasedStateMachine):
             # A frame's header may be 1 MiB, not a byte more (JSON's whitespace fills it here).
             head = json.dumps(doc).encode()
             for size, ok in ((2**20, True), (2**20 + 1, False)):
-                padded = head + b" " * (size - len(head))
-                framed = b"FSB1" + len(padded).to_bytes(4, "little") + padded
+                framed = _framed(head + b" " * (size - len(head)))
                 if ok:
                     assert same(wire.loadb(framed), value)
                 else:
@@ -711,7 +691,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         for back in (wire.loadb(wire.dumpb(value, dtype="float16")),
                      wire.loads(wire.dumps(value, hidden="base64", dtype="float16"))):
             assert np.array_equal(back.array(), half) and back.checksum == resealed, (back, resealed)
-        damaged = replace_checksum(value)
+        damaged = dataclasses.replace(value, checksum=damaged_checksum(value.checksum))
         for dtype in ("float32", "float16"):
             frame_sent, text_sent = wire.dumpb(damaged, dtype=dtype), wire.dumps(damaged, hidden="base64", dtype=dtype)
             self._expect(False, lambda: wire.loadb(frame_sent), (MalformedBundle,))
@@ -814,7 +794,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         """
         spec = ShardSpec("surface-model", 4, 0, 4, hidden_size=4, vocab_size=64)
         wide = ShardSpec("surface-model", 4, 0, 4, hidden_size=8, vocab_size=64)
-        well = _well_typed(session_id, epoch)
+        well = well_typed(session_id, epoch)
         row = (0.5, -0.25, 0.0, 1.0)
         f32 = np.array([row], dtype=np.float32)
 
@@ -894,7 +874,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         header = (b'{"kind":"hidden_bundle","contract":"1","session_id":"s1","epoch":0,"start_pos":0,"layer":1,'
                   b'"hidden":{"dtype":"float32","shape":[1,4]},"checksum":"312b2ef2fb97af6d"}')
         assert wire.dumpb(HiddenBundle.sealed("s1", 0, 0, 1, [row])) == \
-            b"FSB1" + len(header).to_bytes(4, "little") + header + np.array([row], dtype="<f4").tobytes()
+            _framed(header, np.array([row], dtype="<f4").tobytes())
         if not well:
             return
         # Lists are held as tuples; rows, an array and a float64 array of the same float32 values
