@@ -476,3 +476,155 @@ def test_a_generate_that_gives_one_token_too_many_is_caught(monkeypatch):
     monkeypatch.setattr(Pipeline, "generate", lambda self, sid, prompt, n, epoch=0: generate(self, sid, prompt, n + 1, epoch))
     with pytest.raises(AssertionError):
         _surface().pipeline_answers(kind="checksum")
+
+
+def _pipeline_rule(ranges=((0, 2), (2, 4))):
+    _surface().pipeline(ranges=list(ranges))
+
+
+def test_the_pipeline_rule_passes_the_pipeline_as_it_is():
+    _pipeline_rule()
+    _pipeline_rule(((0, 1), (1, 3), (3, 4)))
+
+
+def test_a_generate_that_runs_at_epoch_1_by_default_is_caught(monkeypatch):
+    generate = Pipeline.generate
+    monkeypatch.setattr(Pipeline, "generate", lambda self, sid, prompt, n, epoch=1: generate(self, sid, prompt, n, epoch))
+    from fakeshard import StaleEpoch
+
+    with pytest.raises(StaleEpoch):  # the decode at epoch 0 that follows is refused
+        _pipeline_rule()
+
+
+def test_a_pipeline_spec_of_the_head_alone_is_caught(monkeypatch):
+    init = Pipeline.__init__
+
+    def head_spec(self, stages):
+        init(self, stages)
+        self.spec = self.stages[0].spec
+
+    monkeypatch.setattr(Pipeline, "__init__", head_spec)
+    with pytest.raises(AssertionError):
+        _pipeline_rule()
+
+
+def test_a_last_failed_stage_kept_after_a_right_call_is_caught(monkeypatch):
+    everywhere = Pipeline._everywhere
+
+    def keeps(self, op, session_id, epoch):
+        kept = self.last_failed_stage
+        everywhere(self, op, session_id, epoch)
+        self.last_failed_stage = kept
+
+    monkeypatch.setattr(Pipeline, "_everywhere", keeps)
+    with pytest.raises(AssertionError):
+        _pipeline_rule()
+
+
+def test_a_pipeline_that_refuses_a_stage_without_a_spec_by_attribute_error_is_caught(monkeypatch):
+    init = Pipeline.__init__
+
+    def reads_spec(self, stages):
+        [stage.spec for stage in stages]
+        init(self, stages)
+
+    monkeypatch.setattr(Pipeline, "__init__", reads_spec)
+    with pytest.raises(AttributeError):
+        _pipeline_rule()
+
+
+def _spec_rule():
+    _surface().spec(model_id="m", n=4, start=0, end=4, hidden=8, vocab=64)
+
+
+def test_the_spec_rule_passes_shardspec_as_it_is():
+    _spec_rule()
+
+
+@pytest.mark.parametrize("field, value", [("model_id", 3), ("n_layers", 4.0), ("hidden_size", 8.0),
+                                          ("vocab_size", 1), ("end_layer", 2)])
+def test_a_shardspec_that_lets_one_bound_pass_is_caught(monkeypatch, field, value):
+    from fakeshard import contract
+
+    post_init = contract.ShardSpec.__post_init__
+
+    def lenient(self):
+        if getattr(self, field) == value and type(getattr(self, field)) is type(value):
+            if field != "end_layer" or self.start_layer == self.end_layer:
+                return
+        post_init(self)
+
+    monkeypatch.setattr(contract.ShardSpec, "__post_init__", lenient)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _spec_rule()
+
+
+def test_the_replace_faults_check_passes_the_engine_as_it_is():
+    _surface()._replace_faults()
+
+
+@pytest.mark.parametrize("broken", ["keeps_counters", "ignores_plan", "takes_anything"])
+def test_a_replace_faults_that_breaks_one_rule_is_caught(monkeypatch, broken):
+    from fakeshard import engine
+    from fakeshard.faults import FaultInjector
+
+    def keeps_counters(self, plan):
+        self._faults.plan = plan  # the old counters carry on
+
+    def ignores_plan(self, plan):
+        self._faults = FaultInjector(None)
+
+    def takes_anything(self, plan):
+        self._faults = FaultInjector(plan if isinstance(plan, FaultPlan) else None)
+
+    monkeypatch.setattr(engine.SessionEngine, "replace_faults", locals()[broken])
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface()._replace_faults()
+
+
+def _surface_of(factory):
+    from fakeshard.testing.machines import MachineConfig
+    from fakeshard.testing.surface import SurfaceMachine
+
+    machine = SurfaceMachine(MachineConfig.for_factory(factory, "tests:engine"))
+    machine.seed_pool()
+    return machine
+
+
+def test_an_engine_that_ignores_a_reserve_is_caught(monkeypatch):
+    from fakeshard.faults import FaultInjector
+
+    draw = FaultInjector.draw
+
+    def no_reserve(self, op, session_id):
+        drawn = draw(self, op, session_id)
+        drawn.reserve_tokens = 0
+        return drawn
+
+    monkeypatch.setattr(FaultInjector, "draw", no_reserve)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface()._capacity_edges()
+
+
+class _HoldsTheOlderCache(FakeShardEngine):
+    """Counts the cache a newer epoch's prefill replaces as still held (reserve 2 as in the check)."""
+
+    def prefill(self, bundle):
+        from fakeshard import OutOfMemory
+
+        view = self.session(bundle.session_id)
+        if view is not None and view.epoch < bundle.epoch and self.capacity_tokens is not None \
+                and self.used_tokens + len(bundle.tokens) > self.capacity_tokens - 2:
+            raise OutOfMemory("the older cache is held", session_id=bundle.session_id, epoch=bundle.epoch)
+        return super().prefill(bundle)
+
+
+def test_the_capacity_edges_pass_the_engine_as_it_is():
+    _surface()._capacity_edges()
+
+
+def test_an_engine_that_holds_the_older_cache_through_a_newer_prefill_is_caught():
+    from fakeshard import OutOfMemory
+
+    with pytest.raises(OutOfMemory, match="the older cache is held"):
+        _surface_of(_HoldsTheOlderCache)._capacity_edges()

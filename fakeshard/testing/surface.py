@@ -28,11 +28,13 @@ from fakeshard import (
     validate,
     Delay,
     DropResponse,
+    EngineCrashed,
     FaultPlan,
     FaultRule,
     Malformed,
     MalformedBundle,
     MemoryPressure,
+    OutOfMemory,
     Pipeline,
     RealClock,
     SampleBundle,
@@ -67,6 +69,16 @@ def spec_ok(model_id: Any, n: Any, start: Any, end: Any, hidden: Any, vocab: Any
     return (isinstance(model_id, str) and model_id != "" and _is_int(n) and n >= 1
             and _is_int(hidden) and hidden >= 4 and _is_int(vocab) and vocab >= 2
             and _is_int(start) and _is_int(end) and 0 <= start < end <= n)
+
+
+#: The edges of each of ``ShardSpec``'s bounds, one argument of ``("m", 4, 0, 4, 8, 64)`` moved to
+#: either side; what ``spec_ok`` (the contract's reading) says of each is what is expected.
+SPEC_EDGES = (("m", 4, 0, 4, 8, 2), ("m", 4, 0, 4, 8, 1), ("m", 4, 0, 4, 8, 64.0), ("m", 4, 0, 4, 8, True),
+              ("m", 4, 0, 4, 4, 64), ("m", 4, 0, 4, 3, 64), ("m", 4, 0, 4, 8.0, 64),
+              ("m", 1, 0, 1, 8, 64), ("m", 0, 0, 0, 8, 64), ("m", 4.0, 0, 4, 8, 64), ("m", True, 0, 1, 8, 64),
+              ("m", 4, 2, 2, 8, 64), ("m", 4, 2, 3, 8, 64), ("m", 4, 0, 5, 8, 64), ("m", 4, -1, 4, 8, 64),
+              ("m", 4, 3, 4, 8, 64), ("m", 4, 0, 4.0, 8, 64), ("", 4, 0, 4, 8, 64), (3, 4, 0, 4, 8, 64),
+              (None, 4, 0, 4, 8, 64), (b"m", 4, 0, 4, 8, 64))
 
 
 def seconds_ok(v: Any) -> bool:
@@ -242,6 +254,9 @@ class SurfaceMachine(RuleBasedStateMachine):
     def spec(self, model_id: Any, n: Any, start: Any, end: Any, hidden: Any, vocab: Any) -> None:
         spec = self._expect(spec_ok(model_id, n, start, end, hidden, vocab),
                             lambda: ShardSpec(model_id, n, start, end, hidden, vocab))
+        # Every bound, each step: one argument of a right spec moved to either side of its edge.
+        for args in SPEC_EDGES:
+            self._expect(spec_ok(*args), lambda: ShardSpec(*args))
         if spec is None:
             return
         head, tail = spec.start_layer == 0, spec.end_layer == spec.n_layers
@@ -314,6 +329,7 @@ class SurfaceMachine(RuleBasedStateMachine):
             assert got == due, f"call {call} ({op} {session_id}) of {rules}: drew {got}, the contract says {due}"
         assert [(f.call, f.rule, f.op, f.session_id, f.fault) for f in injector.log] == log
         assert injector.calls == len(calls)
+        self._replace_faults()
         # A fired fault as the control port's log carries it: the fault record of a rule's JSON.
         for fault in faults:
             assert wire.fault_from_dict(json.loads(wire.dumps(FaultRule(fault)))["fault"]) == fault
@@ -331,24 +347,76 @@ class SurfaceMachine(RuleBasedStateMachine):
                           (lambda: MemoryPressure(0), True), (lambda: MemoryPressure(-1), False)):
             self._expect(ok, build)
 
+    def _capacity_edges(self) -> None:
+        """``capacity_tokens`` at its edges, with a reserve: a ``MemoryPressure(2)`` leaves 2 of 4
+        positions for the call, so 3 do not fit and 2 exactly do; a prefill at a newer epoch counts
+        the older cache it replaces as free, so 2 fit again; a failed allocation holds nothing."""
+        spec = ShardSpec("surface-model", 4, 0, 4)
+        engine = self.config.factory(spec, capacity_tokens=4,
+                                     faults=FaultPlan((FaultRule(MemoryPressure(2), op="prefill", count=None),)))
+        self._count()
+        self._expect(False, lambda: engine.prefill(TokenBundle("a", 0, 0, (1, 2, 3))), (OutOfMemory,))
+        assert engine.used_tokens == 0 and engine.session("a") is None
+        assert engine.prefill(TokenBundle("a", 0, 0, (1, 2))).pos == 2 and engine.used_tokens == 2
+        assert engine.prefill(TokenBundle("a", 1, 0, (2, 1))).pos == 2 and engine.used_tokens == 2
+        self._expect(False, lambda: engine.prefill(TokenBundle("b", 0, 0, (1,))), (OutOfMemory,))
+        assert engine.used_tokens == 2 and engine.session("b") is None
+        assert engine.decode(TokenBundle("a", 1, 2, (1,))).pos == 3 and engine.used_tokens == 3  # decode: no reserve
+
+    def _replace_faults(self) -> None:
+        """An engine that can swap its plan (as a served node's control port does: "replace the
+        plan (fresh counters, generator and log)"): the new plan runs from its first call, ``None``
+        runs none, and anything else is a ``TypeError`` that keeps the plan in force."""
+        engine = self.config.factory(ShardSpec("surface-model", 4, 0, 4), faults=FaultPlan(
+            (FaultRule(Crash(), op="prefill", nth=1, count=1),)))
+        if not callable(getattr(engine, "replace_faults", None)):
+            return
+        self._count()
+        first = TokenBundle("s", 0, 0, (1, 2))
+        self._expect(False, lambda: engine.prefill(first), (EngineCrashed,))
+        engine.restart()
+        engine.replace_faults(FaultPlan((FaultRule(Crash(), op="prefill", nth=1, count=1),)))
+        self._expect(False, lambda: engine.prefill(first), (EngineCrashed,))  # fresh counters
+        engine.restart()
+        assert engine.prefill(first).pos == 2  # the window of the new plan has passed
+        engine.replace_faults(FaultPlan((FaultRule(Crash(), op="decode"),)))
+        for junk in (3, "crash", FaultRule(Crash()), [FaultRule(Crash())]):
+            self._expect(False, lambda: engine.replace_faults(junk), (TypeError,))
+        self._expect(False, lambda: engine.decode(TokenBundle("s", 0, 2, (1,))), (EngineCrashed,))
+        engine.restart()
+        engine.replace_faults(None)
+        assert engine.prefill(first).pos == 2 and engine.decode(TokenBundle("s", 0, 2, (1,))).pos == 3
+
     @rule(ranges=st.lists(st.sampled_from([(0, 1), (0, 2), (1, 2), (1, 4), (2, 4), (3, 4), (0, 4), (2, 3)]),
                           max_size=3))
     def pipeline(self, ranges: list[tuple[int, int]]) -> None:
         spec = ShardSpec("surface-model", 4, 0, 4)
         pipe = self._expect(tiles(ranges, 4), lambda: Pipeline(
-            [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]))
+            [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]), (ValueError,))
         if pipe is None:
             return
+        # The whole model's spec; no stage has failed yet.
+        assert pipe.spec == spec and pipe.last_failed_stage is None
         assert isinstance(repr(pipe), str) and pipe.used_tokens == 0
         self._expect(False, lambda: pipe.generate("s", [1], 0))
+        # generate runs at epoch 0 unless told, and leaves the session open: the prompt and every
+        # new token but the last are cached, so the next decode feeds the last at len(prompt) + 1.
         tokens = pipe.generate("s", [1, 0], 2)
         assert len(tokens) == 2 and pipe.used_tokens == 3 * len(ranges)
+        assert pipe.decode("s", 0, 3, tokens[-1]).pos == 4 and pipe.used_tokens == 4 * len(ranges)
         pipe.cancel("s", 0)
         assert pipe.used_tokens == 0 and pipe.last_failed_stage is None
-        self._expect(False, lambda: Pipeline([object()]))
+        # After a failed call, a right one leaves last_failed_stage None again.
+        self._expect(False, lambda: pipe.release("s", -1), (MalformedBundle,))
+        assert pipe.last_failed_stage == 0
+        pipe.release("s", 0)
+        assert pipe.last_failed_stage is None
+        # What does not tile is refused with ValueError (the contract's Pipeline row).
+        self._expect(False, lambda: Pipeline([]), (ValueError,))
+        self._expect(False, lambda: Pipeline([object()]), (ValueError,))
         other = ShardSpec("other-model", 4, 2, 4)
         self._expect(False, lambda: Pipeline([self.config.factory(spec.with_layers(0, 2)),
-                                              self.config.factory(other)]))
+                                              self.config.factory(other)]), (ValueError,))
 
     @rule(session_id=st.sampled_from(["s", "", 7, None]), epoch=st.sampled_from([0, -1, True, "1", 1.5, None]))
     def bad_calls(self, session_id: Any, epoch: Any) -> None:
@@ -937,6 +1005,7 @@ class SurfaceMachine(RuleBasedStateMachine):
           clock=st.sampled_from(["none", "virtual", "object"]),
           faults=st.sampled_from(["none", "plan", "list"]))
     def engine_arguments(self, name: str, capacity: Any, clock: str, faults: str) -> None:
+        self._capacity_edges()
         self._expect(name == "fakeshard:FakeShardEngine", lambda: load_factory(name), (FactoryError,))
         self._expect(False, lambda: load_factory("fakeshard.testing.surface:half_engine"), (FactoryError,))
         self._expect(False, lambda: load_factory("fakeshard.testing.surface:gold_engine"), (FactoryError,))
