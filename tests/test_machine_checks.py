@@ -628,3 +628,105 @@ def test_an_engine_that_holds_the_older_cache_through_a_newer_prefill_is_caught(
 
     with pytest.raises(OutOfMemory, match="the older cache is held"):
         _surface_of(_HoldsTheOlderCache)._capacity_edges()
+
+
+def _signed_split_frame(data, max_bytes):
+    """The frame reader with its header length read as a signed 32-bit number."""
+    import struct
+
+    from fakeshard import wire
+
+    if len(data) < 8 or data[:4] != wire.FRAME_MAGIC:
+        raise wire._Bad("no frame")
+    (size,) = struct.unpack_from("<i", data, 4)
+    if size > wire._MAX_HEADER_BYTES or 8 + size > len(data):
+        raise wire._Bad("header does not fit")
+    return bytes(data[8:8 + size]).decode("utf-8"), memoryview(bytes(data))[8 + size:]
+
+
+def test_a_frame_length_of_2_to_the_31_passes_the_reader_as_it_is():
+    _surface()._send_binary(1, "header_length_signed", "frame")
+
+
+def test_a_frame_reader_that_reads_its_length_signed_is_caught(monkeypatch):
+    from fakeshard import wire
+
+    monkeypatch.setattr(wire, "_split_frame", _signed_split_frame)
+    _surface()._send_binary(1, "none", "frame")  # the stand-in reads right frames
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface()._send_binary(1, "header_length_signed", "frame")
+
+
+def test_the_defaults_pass_the_engine_as_it_is():
+    _surface()._defaults()
+
+
+def test_an_engine_whose_default_seed_is_1_is_caught():
+    def seed_1(spec, *, seed=1, **kw):
+        return FakeShardEngine(spec, seed=seed, **kw)
+
+    with pytest.raises(AssertionError, match="the default seed is not 0"):
+        _surface_of(seed_1)._defaults()
+
+
+def test_an_engine_without_a_clock_of_its_own_is_caught():
+    def no_clock(spec, **kw):
+        engine = FakeShardEngine(spec, **kw)
+        if kw.get("clock") is None:
+            engine.clock = None
+        return engine
+
+    with pytest.raises(AttributeError):
+        _surface_of(no_clock)._defaults()
+
+
+def _frozen_broken(monkeypatch, copies):
+    """frozen_array with one rule broken: copy nothing read-only, or everything."""
+    from fakeshard import contract
+
+    def frozen(values):
+        if values.flags.writeable or copies:
+            out = np.array(values, order="C", copy=True)
+            out.flags.writeable = False
+            return out
+        return values
+
+    monkeypatch.setattr(contract, "frozen_array", frozen)
+
+
+@pytest.mark.parametrize("copies, message", [(False, "a read-only view of writable memory was held"),
+                                             (True, "a read-only array was copied")])
+def test_a_frozen_array_that_breaks_one_rule_is_caught(monkeypatch, copies, message):
+    _frozen_broken(monkeypatch, copies)
+    with pytest.raises(AssertionError, match=message):
+        _bundle_rules()
+
+
+def test_a_validate_that_refuses_finite_rows_off_its_fast_path_is_caught(monkeypatch):
+    from fakeshard import contract
+
+    rows = contract._check_hidden_rows
+
+    def plain_only(bundle, hidden, spec):
+        if any(type(v) is not float and type(v) is not int for r in hidden for v in r):
+            raise contract._fail(bundle, "not a plain float")
+        rows(bundle, hidden, spec)
+
+    monkeypatch.setattr(contract, "_check_hidden_rows", plain_only)
+    with pytest.raises(MalformedBundle, match="not a plain float"):  # a right bundle refused
+        _bundle_rules()
+
+
+def test_a_validate_that_cannot_name_a_value_of_an_array_all_nan_is_caught(monkeypatch):
+    from fakeshard import contract
+
+    array = contract._check_hidden_array
+
+    def names_a_finite_one(bundle, hidden, spec):
+        if hidden.size and not np.isfinite(hidden).any():
+            np.argwhere(np.isfinite(hidden))[0]  # the index of a finite value: there is none
+        array(bundle, hidden, spec)
+
+    monkeypatch.setattr(contract, "_check_hidden_array", names_a_finite_one)
+    with pytest.raises(IndexError):
+        _bundle_rules()

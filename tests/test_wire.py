@@ -331,3 +331,34 @@ def test_the_edges_of_what_the_wire_takes():
         assert np.asarray(back.hidden).shape == tuple(shape)
         with pytest.raises(MalformedBundle):
             validate(back)
+
+
+def _numbers_made_non_finite():
+    """Every wire object's text with each of its numbers replaced by NaN, Infinity or -Infinity."""
+    import re
+
+    from fakeshard import Crash, Delay, FaultPlan, FaultRule, HiddenBundle, MemoryPressure, SampleBundle, TokenBundle
+
+    values = [TokenBundle("s", 0, 0, (1, 2)), HiddenBundle.sealed("s", 1, 2, 1, [(0.5, -0.25, 0.0, 1.0)]),
+              SampleBundle("s", 0, 1, 3), FaultRule(Crash()),
+              FaultPlan((FaultRule(Delay(1.0), "decode", "s", 2, None, 0.5), FaultRule(MemoryPressure(2))))]
+    values += [cls("m", session_id="s", epoch=1, **{n: 3 for n in cls._extra}) for cls in ERROR_CODES.values()]
+    for value in values:
+        text = wire.dumps(value)
+        for number in re.finditer(r"(?<=[:\[, ])-?\d+(\.\d+)?(e-?\d+)?(?=[,\]}])", text):
+            for constant in ("NaN", "Infinity", "-Infinity"):
+                yield text[:number.start()] + constant + text[number.end():]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_non_finite_number_in_any_field_is_refused_by_the_field_s_own_check_too(monkeypatch, strict):
+    # loads parses strictly (NaN and infinities are no JSON); each field's own check refuses them
+    # as well, so the reader does not stand on one guard.
+    if not strict:
+        parse = wire._json_object
+        monkeypatch.setattr(wire, "_json_object", lambda text, strict: parse(text, False))
+    texts = list(_numbers_made_non_finite())
+    assert len(texts) > 100
+    for text in texts:
+        with pytest.raises(MalformedBundle):
+            wire.loads(text)

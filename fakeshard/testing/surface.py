@@ -136,7 +136,8 @@ FAULT_ARGS = {
 #: every case many times; a long one does not repeat them all in every step).
 PARTS = 3
 FRAME_MUTATIONS = ("none", "float16", "magic", "truncate", "trailing", "header_length", "header_json", "dtype",
-                   "shape", "payload_nan", "base64_junk", "base64_length", "not_bytes", "oversize")
+                   "shape", "payload_nan", "base64_junk", "base64_length", "not_bytes", "oversize",
+                   "header_length_signed")
 MUTATIONS = ("none", "truncate", "drop_key", "extra_key", "object_value", "nan", "deep", "bad_utf8",
              "version", "kind", "not_text", "oversize", "oversize_bytes", "string_number", "huge_number",
              "null_value", "bool_value", "array", "bad_rule", "rule_not_object", "fault_not_object")
@@ -346,6 +347,17 @@ class SurfaceMachine(RuleBasedStateMachine):
                           (lambda: Delay(True), False), (lambda: Delay("0"), False),
                           (lambda: MemoryPressure(0), True), (lambda: MemoryPressure(-1), False)):
             self._expect(ok, build)
+
+    def _defaults(self) -> None:
+        """The factory's defaults, as the contract writes its signature: ``seed=0``, and without a
+        clock a ``Delay`` passes on the engine's own clock (the call answers as without it)."""
+        spec = ShardSpec("surface-model", 4, 0, 4)
+        bundle = TokenBundle("s", 0, 0, (1, 2))
+        self._count()
+        plain = self.config.factory(spec).prefill(bundle)
+        assert plain == self.config.factory(spec, seed=0).prefill(bundle), "the default seed is not 0"
+        delayed = self.config.factory(spec, faults=FaultPlan((FaultRule(Delay(1.0), op="prefill"),)))
+        assert delayed.prefill(bundle) == plain
 
     def _capacity_edges(self) -> None:
         """``capacity_tokens`` at its edges, with a reserve: a ``MemoryPressure(2)`` leaves 2 of 4
@@ -646,6 +658,10 @@ class SurfaceMachine(RuleBasedStateMachine):
             "truncate": lambda: frame[: max(0, len(frame) - 1 - index)],
             "trailing": lambda: frame + b"\x00" * (1 + index % 5),
             "header_length": lambda: frame[:4] + (len(frame) + index).to_bytes(4, "little") + frame[8:],
+            # A length of 2**31 or more: read as the unsigned 32-bit number it is, it fits no frame;
+            # read as signed, this one would pick out the right header and payload.
+            "header_length_signed": lambda: frame[:4] + (2**32 - 8 - len(payload) if payload else 2**31).to_bytes(
+                4, "little") + frame[8:],
             "header_json": lambda: frame[:8] + b"[" + frame[9:],
             "dtype": lambda: rebuilt({**header, "hidden": {**header["hidden"], "dtype": "int8"}}
                                      if hidden else {**header, "kind": "tensor"}),
@@ -917,6 +933,10 @@ class SurfaceMachine(RuleBasedStateMachine):
             ("an array holding NaN", hidden(rows=np.array([[0.5, np.nan, 0.0, 1.0]], dtype=np.float32)),
              None, False),
             ("an array wider than the spec", hidden(rows=np.zeros((1, 5), dtype=np.float32)), spec, False),
+            ("an array of nothing but NaN", hidden(rows=np.full((2, 4), np.nan, dtype=np.float32)), None, False),
+            ("rows of numpy float64 values", hidden(rows=(tuple(np.float64(v) for v in row),)), spec, True),
+            ("rows of numpy float64 values, one NaN", hidden(rows=((np.float64(0.5), np.float64(math.nan), 0.0, 1.0),)),
+             None, False),
             ("a sample", sample(1, 63), spec, True),
             ("a sample token at vocab_size", sample(1, 64), spec, False),
             ("a sample token at vocab_size, no spec", sample(1, 64), None, True),
@@ -960,6 +980,24 @@ class SurfaceMachine(RuleBasedStateMachine):
         held = hidden(rows=writable)
         writable[0, 0] = 9.0
         assert held.rows() == (row,) and not held.hidden.flags.writeable
+        # Frozen means nothing can write to it: a read-only view of writable memory is copied
+        # too; an array read-only all the way down (as a frame's payload is) is held as it is,
+        # not copied (the data plane's memory speed).
+        under = f32.copy()
+        view = under.view()
+        view.flags.writeable = False
+        viewed = hidden(rows=view)
+        under[0, 0] = 9.0
+        assert viewed.rows() == (row,), "a read-only view of writable memory was held, not copied"
+        payload = np.frombuffer(f32.tobytes(), dtype=np.float32).reshape(1, 4)
+        owned = f32.copy()
+        owned.flags.writeable = False
+        for kept in (payload, owned):
+            assert hidden(rows=kept).hidden is kept, "a read-only array was copied"
+        # Rows of ints are numbers too: their array is float32.
+        ints = hidden(rows=((1, 0, 2, -1),))
+        assert validate(ints, spec) is ints and ints.array().dtype == np.float32
+        assert ints.array().tolist() == [[1.0, 0.0, 2.0, -1.0]]
         for bundle in (held, hidden()):
             out = bundle.array()
             assert out.dtype == np.float32 and not out.flags.writeable and out.tolist() == [list(row)]
@@ -1006,6 +1044,7 @@ class SurfaceMachine(RuleBasedStateMachine):
           faults=st.sampled_from(["none", "plan", "list"]))
     def engine_arguments(self, name: str, capacity: Any, clock: str, faults: str) -> None:
         self._capacity_edges()
+        self._defaults()
         self._expect(name == "fakeshard:FakeShardEngine", lambda: load_factory(name), (FactoryError,))
         self._expect(False, lambda: load_factory("fakeshard.testing.surface:half_engine"), (FactoryError,))
         self._expect(False, lambda: load_factory("fakeshard.testing.surface:gold_engine"), (FactoryError,))
