@@ -341,6 +341,8 @@ class SurfaceMachine(RuleBasedStateMachine):
                           (lambda: FaultRule(Crash(), probability=1), True),
                           (lambda: FaultRule(Crash(), probability=1.0000001), False),
                           (lambda: FaultRule(Crash(), probability=-1e-9), False),
+                          (lambda: FaultRule(Crash(), probability=True), False),
+                          (lambda: FaultRule(Crash(), nth=True), False),
                           (lambda: FaultRule(Crash(), nth=0), False), (lambda: FaultRule(Crash(), nth=0.5), False),
                           (lambda: FaultRule(Crash(), count=0), False), (lambda: FaultRule(Crash(), count=0.5), False),
                           (lambda: Delay(0), True), (lambda: Delay(1e-9), True), (lambda: Delay(-1e-9), False),
