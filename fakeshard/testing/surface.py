@@ -414,7 +414,8 @@ class SurfaceMachine(RuleBasedStateMachine):
         assert isinstance(repr(pipe), str) and pipe.used_tokens == 0
         self._expect(False, lambda: pipe.generate("s", [1], 0))
         # generate runs at epoch 0 unless told, and leaves the session open: the prompt and every
-        # new token but the last are cached, so the next decode feeds the last at len(prompt) + 1.
+        # new token but the last are cached, so the next decode feeds the last at
+        # len(prompt) + max_new_tokens - 1.
         tokens = pipe.generate("s", [1, 0], 2)
         assert len(tokens) == 2 and pipe.used_tokens == 3 * len(ranges)
         assert pipe.decode("s", 0, 3, tokens[-1]).pos == 4 and pipe.used_tokens == 4 * len(ranges)
