@@ -261,16 +261,29 @@ Bundle = Union[TokenBundle, HiddenBundle, SampleBundle]
 
 
 def _as_array(hidden: Any) -> np.ndarray:
-    """Rows of numbers, or an array, as a 2-D array (``0x0`` for no rows); ``ValueError`` otherwise."""
+    """Rows of numbers, or an array, as a 2-D array (``0x0`` for no rows); ``TypeError`` for a
+    value that is no number, ``ValueError`` for any other shape."""
     if isinstance(hidden, np.ndarray):
         out = hidden
     else:
-        out = np.array(hidden, dtype=np.float64)
+        out = _float64_rows(hidden)
         if out.size == 0 and out.ndim == 1:
             out = out.reshape(0, 0)
     if out.ndim != 2:
         raise ValueError(f"hidden must be 2-D, got shape {out.shape}")
     return out
+
+
+def _float64_rows(hidden: Any) -> np.ndarray:
+    """Rows of numbers as numpy reads them into float64; ``TypeError`` for a value that is no
+    number (``None``, a str, a bool, which numpy would read as NaN, the number it spells, 1.0)."""
+    for i, row in enumerate(hidden):
+        # The usual row of floats: one test in C. What is no row numpy refuses by its shape.
+        if isinstance(row, (tuple, list)) and not set(map(type, row)) <= _PLAIN_NUMBERS:
+            for j, value in enumerate(row):
+                if not isinstance(value, (float, int)) or isinstance(value, bool):
+                    raise TypeError(f"hidden[{i}][{j}] is {type(value).__name__} {value!r}, not a number")
+    return np.array(hidden, dtype=np.float64)
 
 
 def hidden_checksum(

@@ -45,6 +45,7 @@ from fakeshard.contract import (
     HiddenBundle,
     SampleBundle,
     TokenBundle,
+    _float64_rows,
     frozen_array,
     hidden_checksum,
     validate,
@@ -162,8 +163,7 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
     if want is None:
         raise ValueError(f"dtype must be one of {sorted(HIDDEN_DTYPES)}, got {dtype!r}")
     try:
-        source = bundle.array() if isinstance(bundle.hidden, np.ndarray) else \
-            np.array(bundle.hidden, dtype=np.float64)
+        source = bundle.array() if isinstance(bundle.hidden, np.ndarray) else _float64_rows(bundle.hidden)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"wire: these hidden values have no binary form ({exc})") from None
     if source.ndim != 2:

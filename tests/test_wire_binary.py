@@ -285,7 +285,7 @@ def test_binary_forms_refuse_what_has_none_by_name():
         assert str(info.value) == f"dtype must be one of ['float16', 'float32'], got {dtype!r}"
     with pytest.raises(TypeError) as info:
         wire.dumpb(HiddenBundle("s", 0, 0, 1, (("a", "b"),), "0" * 16))
-    assert str(info.value) == "wire: these hidden values have no binary form (could not convert string to float: 'a')"
+    assert str(info.value) == "wire: these hidden values have no binary form (hidden[0][0] is str 'a', not a number)"
     with pytest.raises(TypeError) as info:
         wire.dumps(HiddenBundle("s", 0, 0, 1, (1.0, 2.0), "0" * 16), hidden="base64")
     assert str(info.value) == "wire: hidden of shape (2,) has no binary form (rows x columns)"
@@ -418,7 +418,7 @@ def test_bad_hidden_values_are_named_and_the_error_carries_the_bundles_identity(
 def test_rows_that_are_no_floats_are_named_and_the_error_carries_the_bundles_identity():
     with pytest.raises(MalformedBundle) as info:
         HiddenBundle("s", 3, 0, 1, (("x", 1.0),), "0" * 16).array()
-    assert str(info.value) == "HiddenBundle: hidden must be rows of floats (could not convert string to float: 'x')"
+    assert str(info.value) == "HiddenBundle: hidden must be rows of floats (hidden[0][0] is str 'x', not a number)"
     assert (info.value.session_id, info.value.epoch) == ("s", 3)
 
 
@@ -505,3 +505,18 @@ def test_a_session_id_with_a_lone_surrogate_has_a_checksum():
     assert validate(bundle) is bundle
     back = wire.loads(wire.dumps(bundle))
     assert back == bundle and back.session_id == "s\udc80"
+
+
+@pytest.mark.parametrize("value", [None, "1.5", True, 1j])
+def test_rows_holding_what_is_no_number_have_no_array_and_no_binary_form(value):
+    # numpy alone reads None as NaN, "1.5" as 1.5 and True as 1.0: a bad bundle would pass on
+    # as a good one.
+    bundle = HiddenBundle("s", 3, 0, 1, ((0.5, value),), "0" * 16)
+    with pytest.raises(MalformedBundle) as info:
+        bundle.array()
+    assert (info.value.session_id, info.value.epoch) == ("s", 3)
+    assert f"hidden[0][1] is {type(value).__name__} {value!r}, not a number" in str(info.value)
+    for send in (lambda: wire.dumpb(bundle), lambda: wire.dumps(bundle, hidden="base64")):
+        with pytest.raises(TypeError, match="no binary form"):
+            send()
+    assert bundle != HiddenBundle("s", 3, 0, 1, np.array([[0.5, np.nan]], dtype=np.float32), bundle.checksum)
