@@ -8,7 +8,7 @@ import pytest
 
 import numpy as np
 
-from fakeshard import FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
+from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
 from fakeshard.testing.failover import N_NODES, FailoverRunner
 from fakeshard.testing.runner import Divergence, equality_problem
 
@@ -478,8 +478,9 @@ def test_a_generate_that_gives_one_token_too_many_is_caught(monkeypatch):
         _surface().pipeline_answers(kind="checksum")
 
 
-def _pipeline_rule(ranges=((0, 2), (2, 4))):
-    _surface().pipeline(ranges=list(ranges))
+def _pipeline_rule(cuts=((0, 2), (2, 4))):
+    # The drawn list does not tile: the checks run on the drawn tiling every step all the same.
+    _surface().pipeline(ranges=[(0, 1)], cuts=cuts)
 
 
 def test_the_pipeline_rule_passes_the_pipeline_as_it_is():
@@ -730,3 +731,163 @@ def test_a_validate_that_cannot_name_a_value_of_an_array_all_nan_is_caught(monke
     monkeypatch.setattr(contract, "_check_hidden_array", names_a_finite_one)
     with pytest.raises(IndexError):
         _bundle_rules()
+
+
+def test_the_pipeline_rule_passes_every_tiling_it_draws():
+    from fakeshard.testing.surface import TILINGS
+
+    for cuts in TILINGS:
+        _pipeline_rule(cuts)
+
+
+def test_a_pipeline_whose_last_failed_stage_starts_as_no_int_and_no_none_is_caught(monkeypatch):
+    init = Pipeline.__init__
+
+    def empty(self, stages):
+        init(self, stages)
+        self.last_failed_stage = ""
+
+    monkeypatch.setattr(Pipeline, "__init__", empty)
+    with pytest.raises(AssertionError):
+        _pipeline_rule()
+
+
+def _old_float64_rows(hidden):
+    """Rows as numpy alone reads them into float64: None as NaN, "1.5" as 1.5, True as 1.0."""
+    return np.array(hidden, dtype=np.float64)
+
+
+@pytest.mark.parametrize("case", ["none_array", "text_array", "bool_array", "none_binary", "bool_binary"])
+def test_a_conversion_that_reads_what_is_no_number_as_a_number_is_caught(monkeypatch, case):
+    from fakeshard import contract, wire
+
+    _surface()._binary_edge(case)  # passes as it is
+    monkeypatch.setattr(contract, "_float64_rows", _old_float64_rows)
+    monkeypatch.setattr(wire, "_float64_rows", _old_float64_rows)
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _surface()._binary_edge(case)
+
+
+def test_an_array_refusal_that_names_no_bundle_is_caught(monkeypatch):
+    def nameless(self):
+        raise MalformedBundle("hidden must be rows of floats")
+
+    _surface()._binary_edge("junk_array")
+    monkeypatch.setattr(HiddenBundle, "array", nameless)
+    with pytest.raises(AssertionError, match="None"):
+        _surface()._binary_edge("junk_array")
+
+
+@pytest.mark.parametrize("where", ["checksum", "wire"])
+def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
+    import warnings
+
+    from fakeshard import contract, wire
+
+    _surface()._binary_edge("no_warnings")
+    module, name = (contract, "hidden_checksum") if where == "checksum" else (wire, "_binary_values")
+    original = getattr(module, name)
+
+    def loud(*args, **kw):
+        warnings.warn("overflow encountered in cast", RuntimeWarning)
+        return original(*args, **kw)
+
+    monkeypatch.setattr(module, name, loud)
+    with pytest.raises(RuntimeWarning):
+        _surface()._binary_edge("no_warnings")
+
+
+def test_a_dtype_that_cannot_be_looked_up_must_still_be_a_value_error(monkeypatch):
+    from fakeshard import wire
+
+    _surface()._binary_edge("dumps_dtype_list")
+    original = wire._binary_values
+
+    def unhashable(bundle, dtype):
+        {dtype: None}  # a list is no key: TypeError
+        return original(bundle, dtype)
+
+    monkeypatch.setattr(wire, "_binary_values", unhashable)
+    with pytest.raises(TypeError, match="unhashable"):
+        _surface()._binary_edge("dumps_dtype_list")
+
+
+def _reader_edges_of(value):
+    _surface(value).reader_edges(index=0)
+
+
+def test_a_transport_reading_that_lets_a_token_beyond_64_bits_through_is_caught(monkeypatch):
+    from fakeshard import TokenBundle, wire
+
+    _reader_edges_of(TokenBundle("s", 0, 0, (1, 2)))
+    int64 = wire._int64
+    monkeypatch.setattr(wire, "_int64", lambda value, path: value if "[" in path else int64(value, path))
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges_of(TokenBundle("s", 0, 0, (1, 2)))
+
+
+def test_a_transport_reading_that_holds_hidden_values_to_64_bits_is_caught(monkeypatch):
+    from fakeshard import wire
+
+    sealed = HiddenBundle.sealed("s", 0, 0, 1, [(0.5, 0.25)])
+    _reader_edges_of(sealed)
+    unchecked = wire.loads_unchecked
+
+    def hidden_int64(data, **kw):
+        out = unchecked(data, **kw)
+        for item in out.hidden if isinstance(out, HiddenBundle) and isinstance(out.hidden, tuple) else ():
+            if isinstance(item, int) and not -(2**63) <= item < 2**63:
+                raise MalformedBundle("hidden does not fit in 64 bits")
+        return out
+
+    monkeypatch.setattr(wire, "loads_unchecked", hidden_int64)
+    with pytest.raises(MalformedBundle, match="64 bits"):
+        _reader_edges_of(sealed)
+
+
+def test_an_error_reader_that_lets_a_missing_field_through_is_caught(monkeypatch):
+    from fakeshard import wire
+    from fakeshard.errors import ERROR_CODES
+
+    error = ERROR_CODES["cache_miss"]("m", session_id="s", epoch=0, expected=0, got=1)
+    _reader_edges_of(error)
+    read = wire._error
+    monkeypatch.setattr(wire, "_error", lambda data: read({"message": "", **data}))
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges_of(error)
+
+
+class _CrashedNone(FakeShardEngine):
+    """Says it is up after a restart with None, not False."""
+
+    def restart(self):
+        super().restart()
+        self._crashed = None
+
+
+def test_a_crashed_flag_that_is_no_bool_after_a_restart_is_caught():
+    _surface()._replace_faults()
+    with pytest.raises(AssertionError):
+        _surface_of(_CrashedNone)._replace_faults()
+
+
+@pytest.mark.parametrize("field", ["delay", "reserve_tokens"])
+def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeypatch, field):
+    from fakeshard.faults import FaultInjector
+
+    draw = FaultInjector.draw
+
+    def last_only(self, op, session_id):
+        before = len(self.log)
+        drawn = draw(self, op, session_id)
+        fired = [entry.fault for entry in self.log[before:]]
+        kept = [getattr(f, "seconds" if field == "delay" else "reserve_tokens", None) for f in fired]
+        kept = [k for k in kept if k is not None]
+        if len(kept) > 1:
+            setattr(drawn, field, kept[-1])
+        return drawn
+
+    monkeypatch.setattr(FaultInjector, "draw", last_only)
+    with pytest.raises(AssertionError):
+        _surface().injector(faults=[Delay(1)], windows=[("decode", None, 1, None, 1.0)] * 5, seed=0,
+                            calls=[("prefill", "a")])

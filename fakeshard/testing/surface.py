@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import pickle
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -57,6 +58,11 @@ from fakeshard.testing.runner import damaged_checksum, same
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def wire_rows(value: Any) -> Any:
+    """A JSON array as the wire's structural reading holds it: arrays of arrays as tuples of tuples."""
+    return tuple(tuple(v) if isinstance(v, list) else v for v in value) if isinstance(value, list) else value
 
 
 def _is_number(v: Any) -> bool:
@@ -108,6 +114,11 @@ def tiles(ranges: list[tuple[int, int]], n: int) -> bool:
             return False
         at = b
     return bool(ranges) and at == n
+
+
+#: Ways to cut the surface machine's four-layer model into a pipeline's stages.
+TILINGS = (((0, 4),), ((0, 2), (2, 4)), ((0, 1), (1, 4)), ((0, 3), (3, 4)), ((0, 1), (1, 2), (2, 4)),
+           ((0, 1), (1, 3), (3, 4)))
 
 
 #: Faults and rule windows the injector rule combines (op, session_id, nth, count, probability).
@@ -330,6 +341,11 @@ class SurfaceMachine(RuleBasedStateMachine):
             assert got == due, f"call {call} ({op} {session_id}) of {rules}: drew {got}, the contract says {due}"
         assert [(f.call, f.rule, f.op, f.session_id, f.fault) for f in injector.log] == log
         assert injector.calls == len(calls)
+        # The section's own example, met every step (drawn rules fire together only now and
+        # then): two delays on one call add up, and so do two reserves.
+        both = FaultInjector(FaultPlan((FaultRule(Delay(0.5)), FaultRule(MemoryPressure(3)), FaultRule(Delay(2)),
+                                        FaultRule(MemoryPressure(3))))).draw("prefill", "a")
+        assert (both.delay, both.reserve_tokens, both.fail_allocation) == (2.5, 6, False), both
         self._replace_faults()
         # A fired fault as the control port's log carries it: the fault record of a rule's JSON.
         for fault in faults:
@@ -389,6 +405,8 @@ class SurfaceMachine(RuleBasedStateMachine):
         first = TokenBundle("s", 0, 0, (1, 2))
         self._expect(False, lambda: engine.prefill(first), (EngineCrashed,))
         engine.restart()
+        # Where the engine shows whether it is down (beyond the contract), it is a bool.
+        assert getattr(engine, "crashed", False) is False
         engine.replace_faults(FaultPlan((FaultRule(Crash(), op="prefill", nth=1, count=1),)))
         self._expect(False, lambda: engine.prefill(first), (EngineCrashed,))  # fresh counters
         engine.restart()
@@ -402,13 +420,18 @@ class SurfaceMachine(RuleBasedStateMachine):
         assert engine.prefill(first).pos == 2 and engine.decode(TokenBundle("s", 0, 2, (1,))).pos == 3
 
     @rule(ranges=st.lists(st.sampled_from([(0, 1), (0, 2), (1, 2), (1, 4), (2, 4), (3, 4), (0, 4), (2, 3)]),
-                          max_size=3))
-    def pipeline(self, ranges: list[tuple[int, int]]) -> None:
+                          max_size=3),
+          cuts=st.sampled_from(TILINGS))
+    def pipeline(self, ranges: list[tuple[int, int]], cuts: tuple[tuple[int, int], ...]) -> None:
+        """Drawn ranges make a Pipeline exactly when they tile the model (``ValueError`` when
+        not); then a pipeline over a drawn tiling, every step (a drawn list tiles only now and
+        then), meets each rule of the contract's Pipeline row."""
         spec = ShardSpec("surface-model", 4, 0, 4)
-        pipe = self._expect(tiles(ranges, 4), lambda: Pipeline(
+        drawn = self._expect(tiles(ranges, 4), lambda: Pipeline(
             [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]), (ValueError,))
-        if pipe is None:
-            return
+        assert drawn is None or drawn.spec == spec
+        self._count()
+        pipe = Pipeline([self.config.factory(spec.with_layers(a, b)) for a, b in cuts])
         # The whole model's spec; no stage has failed yet.
         assert pipe.spec == spec and pipe.last_failed_stage is None
         assert isinstance(repr(pipe), str) and pipe.used_tokens == 0
@@ -417,8 +440,8 @@ class SurfaceMachine(RuleBasedStateMachine):
         # new token but the last are cached, so the next decode feeds the last at
         # len(prompt) + max_new_tokens - 1.
         tokens = pipe.generate("s", [1, 0], 2)
-        assert len(tokens) == 2 and pipe.used_tokens == 3 * len(ranges)
-        assert pipe.decode("s", 0, 3, tokens[-1]).pos == 4 and pipe.used_tokens == 4 * len(ranges)
+        assert len(tokens) == 2 and pipe.used_tokens == 3 * len(cuts)
+        assert pipe.decode("s", 0, 3, tokens[-1]).pos == 4 and pipe.used_tokens == 4 * len(cuts)
         pipe.cancel("s", 0)
         assert pipe.used_tokens == 0 and pipe.last_failed_stage is None
         # After a failed call, a right one leaves last_failed_stage None again.
@@ -740,6 +763,28 @@ class SurfaceMachine(RuleBasedStateMachine):
                     assert same(wire.loads(edited), expected), (key, number)
                 if bundle:
                     assert getattr(wire.loads_unchecked(edited), key) == number
+        # An integer field's items are integers within 64 bits too (tokens), on both readings; a
+        # hidden value is a number, not an integer field: a big integer literal among the rows
+        # (or in rows of the wrong shape) is taken as sent by the transport's reading.
+        lists = sorted(k for k, v in doc.items() if isinstance(v, list) and v and all(_is_int(x) for x in v))
+        if bundle and lists:
+            key = lists[0]
+            for number in (2**63, -(2**63) - 1):
+                edited = json.dumps({**doc, key: [*doc[key][:-1], number]})
+                self._expect(False, lambda: wire.loads(edited), (MalformedBundle,))
+                self._expect(False, lambda: wire.loads_unchecked(edited), (MalformedBundle,))
+            edited = json.dumps({**doc, key: [*doc[key][:-1], 2**63 - 1]})
+            assert getattr(wire.loads_unchecked(edited), key)[-1] == 2**63 - 1
+        if isinstance(value, HiddenBundle) and isinstance(doc["hidden"], list):
+            for hidden in ([[2**70] + doc["hidden"][0][1:]] + doc["hidden"][1:], [2**70]):
+                edited = json.dumps({**doc, "hidden": hidden})
+                assert wire.loads_unchecked(edited).hidden == wire_rows(hidden), hidden
+        # An error object without one of its fields is refused, as any object missing a key.
+        if isinstance(value, ShardError):
+            for key in sorted(doc):
+                partial = json.dumps({k: v for k, v in doc.items() if k != key})
+                self._expect(False, lambda: wire.loads(partial), (MalformedBundle,))
+                self._expect(False, lambda: wire.loads_unchecked(partial), (MalformedBundle,))
         if isinstance(value, FaultPlan) and value.rules:
             # A number is a JSON number: no string, no bool, in any field that holds one.
             for where in ("probability", "seconds"):
@@ -811,7 +856,8 @@ class SurfaceMachine(RuleBasedStateMachine):
     BINARY_EDGES = ("dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary", "cube_rows",
                     "cube_binary", "compare", "junk_array", "loadb_type", "loadb_bytearray", "unchecked_types",
                     "unchecked_fields", "unchecked_kind", "unchecked_text", "unchecked_deep", "unchecked_error",
-                    "unchecked_oversize")
+                    "unchecked_oversize", "none_array", "text_array", "bool_array", "none_binary", "bool_binary",
+                    "dumps_dtype_list", "no_warnings")
 
     @rule(part=st.integers(0, PARTS - 1))
     def binary_edges(self, part: int) -> None:
@@ -842,6 +888,31 @@ class SurfaceMachine(RuleBasedStateMachine):
             self._count()
             assert wire.loadb(bytearray(wire.dumpb(sealed))) == sealed
             return
+        if what == "junk_array":
+            # array() converts numbers only, and its refusal names the bundle it came from.
+            self._count()
+            try:
+                junk.array()
+            except MalformedBundle as exc:
+                assert (exc.session_id, exc.epoch) == ("s", 0), (exc.session_id, exc.epoch)
+            else:
+                raise AssertionError("array() of rows holding a str and None answered")
+            return
+        if what == "no_warnings":
+            # A value beyond a narrower float's range becomes inf, as any cast makes it, without a
+            # warning (a warning is an error where warnings are errors): float64 beyond float32
+            # in the checksum, float32 beyond float16 on the binary wire.
+            self._count()
+            wide = np.array([[1e39, 0.5, 0.0, -1e39]])
+            loud = HiddenBundle.sealed("s", 0, 0, 1, np.array([[7e4, 0.5, 0.0, -7e4]], dtype=np.float32))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert HiddenBundle.sealed("s", 0, 0, 1, wide).checksum == contract_checksum(
+                    "s", 0, 0, 1, np.array([[np.inf, 0.5, 0.0, -np.inf]], dtype=np.float32))
+                for form in (lambda: wire.loads_unchecked(wire.dumpb(loud, dtype="float16"), frame=True),
+                             lambda: wire.loads_unchecked(wire.dumps(loud, hidden="base64", dtype="float16"))):
+                    assert np.isinf(form().array()[0, [0, 3]]).all()
+            return
         failing = {
             "dumps_type": (lambda: wire.dumps(object()), (TypeError,)),
             "dumps_form": (lambda: wire.dumps(sealed, hidden="hex"), (ValueError,)),
@@ -850,7 +921,15 @@ class SurfaceMachine(RuleBasedStateMachine):
             "ragged_binary": (lambda: wire.dumps(HiddenBundle("s", 0, 0, 1, ((1.0,), (1.0, 2.0)), "0"),
                                                  hidden="base64"), (TypeError,)),
             "cube_binary": (lambda: wire.dumpb(cube), (TypeError,)),
-            "junk_array": (lambda: junk.array(), (MalformedBundle,)),
+            # Rows of what is no number have no array and no binary form (numpy alone would read
+            # None as NaN, "1.5" as 1.5, True as 1.0).
+            "none_array": (lambda: HiddenBundle("s", 0, 0, 1, ((None, 0.5),), "0").array(), (MalformedBundle,)),
+            "text_array": (lambda: HiddenBundle("s", 0, 0, 1, (("1.5", 0.5),), "0").array(), (MalformedBundle,)),
+            "bool_array": (lambda: HiddenBundle("s", 0, 0, 1, ((0.5, True),), "0").array(), (MalformedBundle,)),
+            "none_binary": (lambda: wire.dumpb(HiddenBundle.sealed("s", 0, 0, 1, ((None, 0.5),))), (TypeError,)),
+            "bool_binary": (lambda: wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, ((0.5, True),)), hidden="base64"),
+                            (TypeError,)),
+            "dumps_dtype_list": (lambda: wire.dumpb(sealed, dtype=["float32"]), (ValueError,)),
             "loadb_type": (lambda: wire.loadb("FSB1"), (MalformedBundle,)),
             "unchecked_types": (lambda: wire.loads_unchecked(5), (MalformedBundle,)),
             "unchecked_fields": (lambda: wire.loads_unchecked(token_text.replace('"epoch"', '"era"')),
