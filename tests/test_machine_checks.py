@@ -891,3 +891,20 @@ def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeyp
     with pytest.raises(AssertionError):
         _surface().injector(faults=[Delay(1)], windows=[("decode", None, 1, None, 1.0)] * 5, seed=0,
                             calls=[("prefill", "a")])
+
+
+def test_a_conversion_that_refuses_rows_of_numpy_floats_is_caught(monkeypatch):
+    from fakeshard import contract
+
+    _surface()._binary_edge("numpy_rows")
+    rows = contract._float64_rows
+
+    def plain_only(hidden):
+        for row in hidden:
+            if any(type(value) not in (float, int) for value in row):
+                raise TypeError("not a plain number")
+        return rows(hidden)
+
+    monkeypatch.setattr(contract, "_float64_rows", plain_only)
+    with pytest.raises(contract.MalformedBundle):
+        _surface()._binary_edge("numpy_rows")

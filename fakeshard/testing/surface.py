@@ -857,7 +857,7 @@ class SurfaceMachine(RuleBasedStateMachine):
                     "cube_binary", "compare", "junk_array", "loadb_type", "loadb_bytearray", "unchecked_types",
                     "unchecked_fields", "unchecked_kind", "unchecked_text", "unchecked_deep", "unchecked_error",
                     "unchecked_oversize", "none_array", "text_array", "bool_array", "none_binary", "bool_binary",
-                    "dumps_dtype_list", "no_warnings")
+                    "dumps_dtype_list", "no_warnings", "numpy_rows")
 
     @rule(part=st.integers(0, PARTS - 1))
     def binary_edges(self, part: int) -> None:
@@ -897,6 +897,16 @@ class SurfaceMachine(RuleBasedStateMachine):
                 assert (exc.session_id, exc.epoch) == ("s", 0), (exc.session_id, exc.epoch)
             else:
                 raise AssertionError("array() of rows holding a str and None answered")
+            return
+        if what == "numpy_rows":
+            # numpy's float64 values are floats: rows of them convert and travel as plain ones do.
+            plain = ((0.5, 0.25), (-1.0, 2.0))
+            rows = tuple(tuple(map(np.float64, row)) for row in plain)
+            self._count()
+            numpy_sealed = HiddenBundle.sealed("s", 0, 0, 1, rows)
+            assert numpy_sealed.array().tolist() == [list(row) for row in plain]
+            assert wire.loadb(wire.dumpb(numpy_sealed)).array().tolist() == [list(row) for row in plain]
+            assert numpy_sealed == HiddenBundle.sealed("s", 0, 0, 1, np.array(plain, dtype=np.float32))
             return
         if what == "no_warnings":
             # A value beyond a narrower float's range becomes inf, as any cast makes it, without a
