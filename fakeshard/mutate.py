@@ -274,6 +274,17 @@ def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
     return given or "gap"
 
 
+def shown_reason(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
+    """The reason the report gives a mutant not killed: its entry's, except where
+    :func:`only_words` decided its class and the entry is no contract-free one (a catch-all
+    entry about a gap must not explain a mutant that changes only a message's words)."""
+    entry = _entry(name, diff, reasons)
+    if only_words(diff) and class_of(name, diff, reasons) == "contract-free" and \
+            (entry is None or entry.get("class") != "contract-free"):
+        return "the words of a message"
+    return entry["reason"] if entry else ""
+
+
 def classes_by_module(classes: dict[str, str]) -> dict[str, Counter]:
     """How many mutants of each class (``classes``: a class per mutant name) each module has."""
     out: dict[str, Counter] = {}
@@ -468,7 +479,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
                       "stateful", "pyproject.toml"))
     tests = run.tests or options.tests
     survivors = sorted(run.diffs)
-    explained = {n: reason_for(n, run.diffs[n], reasons) for n in survivors}
+    explained = {n: shown_reason(n, run.diffs[n], reasons) for n in survivors}
     classes = {n: class_of(n, run.diffs[n], reasons) for n in survivors}
     by_class = {m: Counter() for m in by_module} | classes_by_module(classes)
     all_classes = sum(by_class.values(), Counter())

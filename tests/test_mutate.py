@@ -13,6 +13,7 @@ pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml wit
 from fakeshard.cli import main  # noqa: E402
 from fakeshard.mutate import (RUN_RECORD, TESTS_ENV, MutateError, MutateOptions, MutationRun,  # noqa: E402
                               class_of, contract_score, keeps, module_of, modules, only_words, reason_for,
+                              shown_reason,
                               run_mutate, score, write_report)
 
 ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
@@ -310,3 +311,15 @@ def test_the_mutate_profile_stops_at_the_first_failure_and_keeps_it_as_found():
         assert profiles.reduces_failures()
     finally:
         settings.load_profile(before)
+
+
+def test_a_mutant_of_a_message_s_words_is_not_explained_by_a_catch_all_about_a_gap():
+    reasons = [{"mutants": ENGINE + "decode*", "reason": "gap: the decode rule ran rarely"},
+               {"mutants": ENGINE + "prefill*", "class": "contract-free", "reason": "the prefill refusal's words"}]
+    words = _diff('        raise ValueError("bad")', '        raise ValueError("XXbadXX")')
+    code = _diff("        x = 1", "        x = 2")
+    assert class_of(ENGINE + "decode__mutmut_1", words, reasons) == "contract-free"
+    assert shown_reason(ENGINE + "decode__mutmut_1", words, reasons) == "the words of a message"
+    assert shown_reason(ENGINE + "decode__mutmut_2", code, reasons) == "gap: the decode rule ran rarely"
+    assert shown_reason(ENGINE + "prefill__mutmut_1", words, reasons) == "the prefill refusal's words"
+    assert shown_reason("fakeshard.wire.x_loads__mutmut_1", code, reasons) == ""
