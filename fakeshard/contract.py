@@ -281,7 +281,7 @@ def _float64_rows(hidden: Any) -> np.ndarray:
         # The usual row of floats: one test in C. What is no row numpy refuses by its shape.
         if isinstance(row, (tuple, list)) and not set(map(type, row)) <= _PLAIN_NUMBERS:
             for j, value in enumerate(row):
-                if not isinstance(value, (float, int)) or isinstance(value, bool):
+                if not _is_number(value):
                     raise TypeError(f"hidden[{i}][{j}] is {type(value).__name__} {value!r}, not a number")
     return np.array(hidden, dtype=np.float64)
 
@@ -360,6 +360,11 @@ def _check_token(bundle: object, name: str, token: object, spec: ShardSpec | Non
 _PLAIN_NUMBERS = frozenset({float, int})
 
 
+def _is_number(value: object) -> bool:
+    """An int or a float (numpy's float64 among them), and not a bool: what a hidden value may be."""
+    return isinstance(value, (float, int)) and not isinstance(value, bool)
+
+
 def _check_hidden_array(bundle: HiddenBundle, rows: np.ndarray, spec: ShardSpec | None) -> None:
     if rows.dtype.kind != "f":
         raise _fail(bundle, f"hidden must be an array of a float dtype, got {rows.dtype}")
@@ -406,7 +411,7 @@ def _check_hidden_rows(bundle: HiddenBundle, rows: Any, spec: ShardSpec | None) 
             except OverflowError:  # an int too large for a float
                 pass
         for j, value in enumerate(row):
-            if not isinstance(value, (float, int)) or isinstance(value, bool):
+            if not _is_number(value):
                 raise _fail(bundle, f"hidden[{i}][{j}] must be a float, got {type(value).__name__}")
             try:
                 finite = math.isfinite(value)
