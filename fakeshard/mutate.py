@@ -49,8 +49,8 @@ from typing import Any, Optional, TextIO
 from fakeshard.evidence import _git, _version
 
 __all__ = ["CLASSES", "GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun",
-           "class_of", "classes_by_module", "contract_score", "modules", "only_words", "reason_for", "run_mutate", "score",
-           "write_report"]
+           "class_of", "classes_by_module", "contract_score", "explain", "modules", "only_words", "reason_for",
+           "run_mutate", "score", "shown_reason", "write_report"]
 
 #: The issue's goal: at least this share of each module's mutants killed, and overall.
 GOAL_MODULE = 90.0
@@ -259,30 +259,34 @@ def _only_literals(line: str) -> bool:
     return bool(rest) and all(k == "S" or t == "None" for k, t in rest)
 
 
-def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
-    """The class (:data:`CLASSES`) of a mutant not killed: its reason entry's ``class``, else
-    ``equivalent`` for a reason that says so (or ``unreachable``); a mutant that changes only a
-    message's words (:func:`only_words`) is ``contract-free`` unless its entry says equivalent."""
+def explain(name: str, diff: str, reasons: list[dict[str, str]]) -> tuple[str, str]:
+    """The class (:data:`CLASSES`) of a mutant not killed and the reason the report gives it.
+
+    The class is its reason entry's ``class``, else ``equivalent`` for a reason that says so (or
+    ``unreachable``); a mutant that changes only a message's words (:func:`only_words`) is
+    ``contract-free`` unless its entry says equivalent, and is shown with its entry's reason only
+    where that entry is a contract-free one (a catch-all entry about a gap must not explain it).
+    """
     entry = _entry(name, diff, reasons)
     given = entry.get("class") if entry else None
-    if given is None and entry is not None and entry["reason"].startswith(("equivalent", "unreachable")):
+    reason = entry["reason"] if entry else ""
+    if given is None and entry is not None and reason.startswith(("equivalent", "unreachable")):
         given = "equivalent"
     if given == "equivalent":
-        return given
+        return given, reason
     if only_words(diff):
-        return "contract-free"
-    return given or "gap"
+        return "contract-free", reason if given == "contract-free" else "the words of a message"
+    return given or "gap", reason
+
+
+def class_of(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
+    """The class of a mutant not killed (:func:`explain`)."""
+    return explain(name, diff, reasons)[0]
 
 
 def shown_reason(name: str, diff: str, reasons: list[dict[str, str]]) -> str:
-    """The reason the report gives a mutant not killed: its entry's, except where
-    :func:`only_words` decided its class and the entry is no contract-free one (a catch-all
-    entry about a gap must not explain a mutant that changes only a message's words)."""
-    entry = _entry(name, diff, reasons)
-    if only_words(diff) and class_of(name, diff, reasons) == "contract-free" and \
-            (entry is None or entry.get("class") != "contract-free"):
-        return "the words of a message"
-    return entry["reason"] if entry else ""
+    """The reason the report gives a mutant not killed (:func:`explain`)."""
+    return explain(name, diff, reasons)[1]
 
 
 def classes_by_module(classes: dict[str, str]) -> dict[str, Counter]:
@@ -479,8 +483,8 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
                       "stateful", "pyproject.toml"))
     tests = run.tests or options.tests
     survivors = sorted(run.diffs)
-    explained = {n: shown_reason(n, run.diffs[n], reasons) for n in survivors}
-    classes = {n: class_of(n, run.diffs[n], reasons) for n in survivors}
+    explained = {n: explain(n, run.diffs[n], reasons) for n in survivors}
+    classes = {n: kind for n, (kind, _) in explained.items()}
     by_class = {m: Counter() for m in by_module} | classes_by_module(classes)
     all_classes = sum(by_class.values(), Counter())
     seen_met = run.returncode == 0 and not overall["not checked"] \
@@ -573,7 +577,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
     ]
     for name in survivors:
-        why = explained[name] or ("the words of a message" if only_words(run.diffs[name]) else "(no reason given)")
+        why = explained[name][1] or "(no reason given)"
         lines += [f"### `{name}` ({run.statuses[name]}, {classes[name]})", "", why, "",
                   "```diff", run.diffs[name].strip(), "```", ""]
     gaps = dest / "gaps.md"
@@ -600,7 +604,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "score_of_what_the_contract_sees": {m: round(contract_score(c, by_class[m]), 2)
                                             for m, c in sorted(by_module.items())}
         | {"all": round(contract_score(overall, all_classes), 2)},
-        "not_killed": {n: {"status": run.statuses[n], "reason": explained[n], "class": classes[n]}
+        "not_killed": {n: {"status": run.statuses[n], "reason": explained[n][1], "class": classes[n]}
                        for n in survivors},
     }, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
