@@ -6,6 +6,7 @@ import dataclasses
 import math
 import re
 
+import numpy as np
 import pytest
 
 from fakeshard import (
@@ -38,6 +39,9 @@ TOKEN_CASES = [
     ("tokens", (1, -1), r"tokens\[1\]"),
     ("tokens", (1.0,), r"tokens\[0\]"),
     ("tokens", (False,), r"tokens\[0\]"),
+    ("tokens", np.array([1, 2]), "tokens"),
+    ("tokens", (1, np.int64(2)), r"tokens\[1\]"),
+    ("tokens", range(1, 3), "tokens"),
     ("contract", "2", "contract version"),
 ]
 
