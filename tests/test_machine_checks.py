@@ -237,6 +237,20 @@ def test_the_machines_checksum_gives_the_contracts_test_vectors():
     assert contract_checksum("s\udc80", 0, 0, 1, [row]) == "470ec5b3d13ac5eb"
 
 
+def test_a_checksum_that_cannot_encode_a_lone_surrogate_is_caught_whatever_the_drawn_id(monkeypatch):
+    import fakeshard.contract as contract
+
+    sealed = contract.HiddenBundle.sealed
+
+    def strict_utf8(cls, session_id, *rest):
+        session_id.encode("utf-8")  # no surrogatepass: a lone surrogate raises
+        return sealed(session_id, *rest)
+
+    monkeypatch.setattr(contract.HiddenBundle, "sealed", classmethod(strict_utf8))
+    with pytest.raises(UnicodeEncodeError):
+        _bundle_rules("s", 0)
+
+
 def _validate_broken(monkeypatch, wrong):
     """The surface machine's ``validate`` replaced by one that breaks a rule where ``wrong(bundle, spec)``."""
     from fakeshard import validate
@@ -853,6 +867,22 @@ def test_an_error_reader_that_lets_a_missing_field_through_is_caught(monkeypatch
     _reader_edges_of(error)
     read = wire._error
     monkeypatch.setattr(wire, "_error", lambda data: read({"message": "", **data}))
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges_of(error)
+
+
+@pytest.mark.parametrize("code", ["cache_miss", "cancelled"])
+def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatch, code):
+    from fakeshard import wire
+    from fakeshard.errors import ERROR_CODES
+
+    error = ERROR_CODES[code]("m", session_id="s", epoch=0, **({"expected": 0, "got": 1} if code == "cache_miss" else {}))
+    _reader_edges_of(error)
+    read = wire._error
+    names = {"kind", "contract", "code", "message", "session_id", "epoch", "expected", "got"}
+    lenient = lambda data: read({k: v for k, v in data.items() if k in names and (k not in ("expected", "got")
+                                                                                  or code == "cache_miss")})
+    monkeypatch.setattr(wire, "_error", lenient)
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _reader_edges_of(error)
 

@@ -779,12 +779,19 @@ class SurfaceMachine(RuleBasedStateMachine):
             for hidden in ([[2**70] + doc["hidden"][0][1:]] + doc["hidden"][1:], [2**70]):
                 edited = json.dumps({**doc, "hidden": hidden})
                 assert wire.loads_unchecked(edited).hidden == wire_rows(hidden), hidden
-        # An error object without one of its fields is refused, as any object missing a key.
+        # An error object without one of its fields is refused, as any object missing a key, and
+        # so is one with a key its code does not have (exact keys: `expected` and `got` belong to
+        # cache_miss and position_mismatch only).
         if isinstance(value, ShardError):
             for key in sorted(doc):
                 partial = json.dumps({k: v for k, v in doc.items() if k != key})
                 self._expect(False, lambda: wire.loads(partial), (MalformedBundle,))
                 self._expect(False, lambda: wire.loads_unchecked(partial), (MalformedBundle,))
+            for key in ("note", "expected", "got"):
+                if key not in doc:
+                    more = json.dumps({**doc, key: 0})
+                    self._expect(False, lambda: wire.loads(more), (MalformedBundle,))
+                    self._expect(False, lambda: wire.loads_unchecked(more), (MalformedBundle,))
         if isinstance(value, FaultPlan) and value.rules:
             # A number is a JSON number: no string, no bool, in any field that holds one.
             for where in ("probability", "seconds"):
@@ -1065,8 +1072,11 @@ class SurfaceMachine(RuleBasedStateMachine):
         other = hidden(rows=((0.5, -0.25, 0.0, 2.0),), checksum=hidden().checksum)
         assert other != hidden() and hidden() != other and other != hidden(rows=f32) and hidden(rows=f32) != other
         for sealed_rows in ([row], f32, f32.astype(np.float64), []):
-            sealed = HiddenBundle.sealed(session_id, epoch, 0, 1, sealed_rows)
-            assert sealed.checksum == contract_checksum(session_id, epoch, 0, 1, sealed_rows), sealed_rows
+            # The drawn identity, and in every step the ids whose UTF-8 is an edge of the header's
+            # encoding (a lone surrogate, which only `surrogatepass` encodes; characters beyond ASCII).
+            for sid in (session_id, "s\udc80", "模型-ü"):
+                sealed = HiddenBundle.sealed(sid, epoch, 0, 1, sealed_rows)
+                assert sealed.checksum == contract_checksum(sid, epoch, 0, 1, sealed_rows), (sid, sealed_rows)
         assert hidden(rows=()).array().shape == (0, 0)  # the checksum's 0x0: no rows
         writable = f32.copy()
         held = hidden(rows=writable)
