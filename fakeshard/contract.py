@@ -233,13 +233,15 @@ class HiddenBundle:
     ) -> "HiddenBundle":
         """A bundle with its checksum computed over the given fields.
 
-        ``hidden`` may be rows of floats or a 2-D float array.  Values that
-        cannot be checksummed (not numbers) raise :class:`MalformedBundle`;
-        anything else is left for :func:`validate`.
+        ``hidden`` may be rows of floats or a 2-D float array.  Rows given as
+        numpy arrays (``list(array)``, say) become rows of Python numbers, so the
+        bundle holds one of the two forms.  Values that cannot be checksummed
+        (not numbers) raise :class:`MalformedBundle`; anything else is left for
+        :func:`validate`.
         """
         try:
             if not isinstance(hidden, np.ndarray):
-                hidden = tuple(tuple(row) for row in hidden)
+                hidden = tuple(tuple(row.tolist() if isinstance(row, np.ndarray) else row) for row in hidden)
             checksum = hidden_checksum(session_id, epoch, start_pos, layer, hidden)
         except (TypeError, ValueError, OverflowError) as exc:
             raise MalformedBundle(f"HiddenBundle.sealed: hidden must be rows of floats ({exc})") from None

@@ -189,6 +189,15 @@ def test_sealed_refuses_values_it_cannot_checksum():
         HiddenBundle.sealed("s", 0, 0, 1, [("x", 1.0)])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int64])
+def test_sealed_rows_given_as_arrays_hold_python_numbers_and_validate(dtype):
+    values = np.array([[0.5, -0.25, 0.0, 1.0], [2.0, 3.0, -4.0, 0.125]], dtype=dtype)
+    sealed = HiddenBundle.sealed("s", 0, 0, 1, list(values))
+    assert validate(sealed, ShardSpec("m", 2, 0, 2, hidden_size=4)) is sealed
+    assert all(type(v) in (float, int) for row in sealed.hidden for v in row)
+    assert sealed == HiddenBundle.sealed("s", 0, 0, 1, values)  # the same values and checksum as the array
+
+
 def test_validate_refuses_what_is_not_a_bundle():
     for thing in (None, 3, "bundle", {"kind": "token_bundle"}, ShardSpec("m", 2, 0, 2)):
         with pytest.raises(MalformedBundle, match="expected a TokenBundle"):
