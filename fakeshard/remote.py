@@ -93,6 +93,27 @@ def _error_of(response: httpx.Response) -> Union[ShardError, RemoteError]:
     return error
 
 
+def _readable(bundle: Any) -> bytes:
+    """``bundle`` as readable JSON, whatever its fields hold.
+
+    A value JSON cannot hold (a numpy array or integer, a ``range``, bytes)
+    travels as ``{"no_wire_form": "<its type>"}``, an object no field of any
+    bundle accepts: the node's engine makes its own earlier checks (is it up?)
+    and then refuses the bundle as malformed, naming that field, as an engine
+    in process refuses the original.  Nothing is converted into a value the
+    node would accept.
+    """
+    try:
+        return wire.dumps(bundle).encode("utf-8")
+    except TypeError:
+        pass
+    try:
+        return json.dumps(wire._to_dict(bundle),
+                          default=lambda value: {"no_wire_form": type(value).__name__}).encode("utf-8")
+    except (TypeError, ValueError):  # not even that (a non-string key, a cycle): no bundle at all
+        return json.dumps({"kind": "not_a_bundle", "type": type(bundle).__name__}).encode("utf-8")
+
+
 class RemoteShardEngine:
     """A served node, as a :class:`~fakeshard.ShardEngine`.
 
@@ -179,7 +200,7 @@ class RemoteShardEngine:
                 else:
                     body, kind = wire.dumps(bundle, hidden="base64").encode("utf-8"), wire.JSON_CONTENT_TYPE
             except TypeError:  # values with no binary form travel as readable JSON
-                body, kind = wire.dumps(bundle).encode("utf-8"), wire.JSON_CONTENT_TYPE
+                body, kind = _readable(bundle), wire.JSON_CONTENT_TYPE
         else:  # not a bundle: sent anyway, so the node's engine refuses it as it would in process
             body = json.dumps({"kind": "not_a_bundle", "type": type(bundle).__name__}).encode("utf-8")
             kind = wire.JSON_CONTENT_TYPE

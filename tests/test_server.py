@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("aiohttp", reason="the served nodes need the extra 'serve'")
@@ -122,6 +123,21 @@ def test_crash_and_restart_through_the_control_port(cluster):
     assert head.session("c") is None and head.crashed
     head.restart()
     assert not head.crashed and head.used_tokens == 0
+
+
+@pytest.mark.parametrize("encoding", ["frame", "json"])
+@pytest.mark.parametrize("tokens,field", [(np.array([1, 2]), "tokens"), ((1, np.int64(2)), r"tokens\[1\]"),
+                                          (range(1, 3), "tokens")])
+def test_a_value_json_cannot_hold_is_refused_by_the_node_after_its_earlier_checks(
+        cluster, encoding, tokens, field):
+    head = RemoteShardEngine(cluster.nodes()["head"]["url"], encoding=encoding)
+    head.prefill(TokenBundle("v", 0, 0, (1, 2)))
+    with pytest.raises(MalformedBundle, match=field) as err:
+        head.decode(TokenBundle("v", 0, 2, tokens))
+    assert err.value.session_id == "v" and head.session("v").cached_tokens == 2
+    cluster.crash("head")  # engine down is checked before the input, over the wire as in process
+    with pytest.raises(EngineCrashed):
+        head.decode(TokenBundle("v", 0, 2, tokens))
 
 
 def test_a_crash_fault_answers_engine_crashed_until_restarted(cluster):
