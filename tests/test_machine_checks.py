@@ -253,6 +253,34 @@ def test_a_checksum_that_cannot_encode_a_lone_surrogate_is_caught_whatever_the_d
         _bundle_rules("s", 0)
 
 
+def _sealed_instead(monkeypatch, hold):
+    """``HiddenBundle.sealed`` holding ``hold(hidden)`` over the right checksum."""
+    import fakeshard.contract as contract
+
+    sealed = contract.HiddenBundle.sealed.__func__
+
+    def changed(cls, session_id, epoch, start_pos, layer, hidden):
+        right = sealed(cls, session_id, epoch, start_pos, layer, hidden)
+        return cls(session_id, epoch, start_pos, layer, hold(hidden), right.checksum)
+
+    monkeypatch.setattr(contract.HiddenBundle, "sealed", classmethod(changed))
+
+
+def test_a_sealed_that_keeps_rows_given_as_arrays_is_caught(monkeypatch):
+    # Each row a tuple of the array's own scalars (float32 is refused by validate).
+    _sealed_instead(monkeypatch, lambda hidden: hidden if isinstance(hidden, np.ndarray)
+                    else tuple(tuple(r) for r in hidden))
+    with pytest.raises(AssertionError, match="sealed of list"):
+        _bundle_rules("s", 0)
+
+
+def test_a_sealed_that_turns_an_array_into_rows_is_caught(monkeypatch):
+    _sealed_instead(monkeypatch, lambda hidden: tuple(tuple(r.tolist() if isinstance(r, np.ndarray) else r)
+                                                      for r in hidden))
+    with pytest.raises(AssertionError, match="sealed of ndarray"):
+        _bundle_rules("s", 0)
+
+
 def _validate_broken(monkeypatch, wrong):
     """The surface machine's ``validate`` replaced by one that breaks a rule where ``wrong(bundle, spec)``."""
     from fakeshard import validate

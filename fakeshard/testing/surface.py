@@ -1077,6 +1077,20 @@ class SurfaceMachine(RuleBasedStateMachine):
             for sid in (session_id, "s\udc80", "模型-ü"):
                 sealed = HiddenBundle.sealed(sid, epoch, 0, 1, sealed_rows)
                 assert sealed.checksum == contract_checksum(sid, epoch, 0, 1, sealed_rows), (sid, sealed_rows)
+        # sealed holds rows (tuples or lists; a row given as an array) as rows of Python numbers,
+        # a 2-D array as an array: each a valid bundle equal to the one of plain rows.
+        for given in ([row], [list(row)], list(f32), list(f32.astype(np.float16)), f32, f32.astype(np.float64)):
+            sealed = HiddenBundle.sealed(session_id, epoch, 0, 1, given)
+            shown = f"HiddenBundle.sealed of {type(given).__name__} rows {given!r}"
+            try:
+                assert validate(sealed, spec) is sealed and sealed == hidden(), shown
+            except MalformedBundle as err:
+                raise AssertionError(f"{shown} is refused: {err}") from None
+            if isinstance(given, np.ndarray):
+                assert isinstance(sealed.hidden, np.ndarray), shown
+            else:
+                assert all(type(v) is float for r in sealed.hidden for v in r) and \
+                    isinstance(sealed.hidden, tuple) and all(isinstance(r, tuple) for r in sealed.hidden), shown
         assert hidden(rows=()).array().shape == (0, 0)  # the checksum's 0x0: no rows
         writable = f32.copy()
         held = hidden(rows=writable)
