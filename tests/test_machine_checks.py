@@ -856,6 +856,24 @@ def test_a_dtype_that_cannot_be_looked_up_must_still_be_a_value_error(monkeypatc
         _surface()._binary_edge("dumps_dtype_list")
 
 
+@pytest.mark.parametrize("what", ["array_row_binary", "range_row_base64"])
+def test_a_binary_form_that_reads_a_row_which_is_no_tuple_is_caught(monkeypatch, what):
+    from fakeshard import wire
+
+    _surface()._binary_edge(what)
+    original = wire._binary_values
+
+    def lenient(bundle, dtype):  # rows read by numpy, whatever holds them
+        if not isinstance(bundle.hidden, np.ndarray):
+            bundle = HiddenBundle(bundle.session_id, bundle.epoch, bundle.start_pos, bundle.layer,
+                                  tuple(tuple(float(v) for v in row) for row in bundle.hidden), bundle.checksum)
+        return original(bundle, dtype)
+
+    monkeypatch.setattr(wire, "_binary_values", lenient)
+    with pytest.raises(AssertionError):
+        _surface()._binary_edge(what)
+
+
 def _reader_edges_of(value):
     _surface(value).reader_edges(index=0)
 

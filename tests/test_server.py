@@ -26,6 +26,7 @@ from fakeshard import (  # noqa: E402 - after the skips
     FakeShardEngine,
     FaultPlan,
     FaultRule,
+    HiddenBundle,
     MalformedBundle,
     Pipeline,
     PositionMismatch,
@@ -34,6 +35,7 @@ from fakeshard import (  # noqa: E402 - after the skips
     ShardSpec,
     StaleEpoch,
     TokenBundle,
+    validate,
     wire,
 )
 from fakeshard.remote import RemoteError, RemoteShardEngine, serve  # noqa: E402
@@ -138,6 +140,22 @@ def test_a_value_json_cannot_hold_is_refused_by_the_node_after_its_earlier_check
     cluster.crash("head")  # engine down is checked before the input, over the wire as in process
     with pytest.raises(EngineCrashed):
         head.decode(TokenBundle("v", 0, 2, tokens))
+
+
+@pytest.mark.parametrize("encoding", ["frame", "json"])
+@pytest.mark.parametrize("make", [lambda r: tuple(np.array(row, dtype=np.float32) for row in r),
+                                  lambda r: ((np.float32(r[0][0]),) + r[0][1:],) + r[1:]],
+                         ids=["rows as arrays", "a float32 value"])
+def test_hidden_values_validate_refuses_are_refused_by_the_node_too(cluster, encoding, make):
+    good = cluster.engine("head").prefill(TokenBundle("w", 0, 0, (1, 2)))
+    bad = HiddenBundle(good.session_id, good.epoch, good.start_pos, good.layer, make(good.rows()), good.checksum)
+    with pytest.raises(MalformedBundle):
+        validate(bad)
+    mid = RemoteShardEngine(cluster.nodes()["mid"]["url"], encoding=encoding)
+    with pytest.raises(MalformedBundle, match=r"hidden\[0\]"):
+        mid.prefill(bad)
+    assert mid.session("w") is None
+    assert mid.prefill(good).layer == 4
 
 
 def test_a_crash_fault_answers_engine_crashed_until_restarted(cluster):

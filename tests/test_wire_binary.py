@@ -291,6 +291,17 @@ def test_binary_forms_refuse_what_has_none_by_name():
     assert str(info.value) == "wire: hidden of shape (2,) has no binary form (rows x columns)"
 
 
+@pytest.mark.parametrize("row", [np.array([0.5, 0.25], dtype=np.float32), np.array([0.5, 0.25]), range(2)])
+def test_a_row_that_is_no_tuple_has_no_binary_form(row):
+    # numpy reads it as a row of floats: in a frame, a bundle validate refuses would arrive valid.
+    bundle = HiddenBundle("s", 0, 0, 1, (row,), "0" * 16)
+    with pytest.raises(MalformedBundle, match=r"hidden\[0\]"):
+        validate(bundle)
+    for send in (lambda: wire.dumpb(bundle), lambda: wire.dumps(bundle, hidden="base64")):
+        with pytest.raises(TypeError, match=rf"no binary form \(hidden\[0\] is {type(row).__name__}, not a tuple\)"):
+            send()
+
+
 def test_float16_overflow_travels_as_infinity_without_a_warning():
     # pytest turns warnings into errors here: the cast must not warn on values float16 cannot hold.
     bundle = HiddenBundle.sealed("s", 0, 0, 1, [[1e6, 0.5]])

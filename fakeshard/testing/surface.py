@@ -864,7 +864,7 @@ class SurfaceMachine(RuleBasedStateMachine):
                     "cube_binary", "compare", "junk_array", "loadb_type", "loadb_bytearray", "unchecked_types",
                     "unchecked_fields", "unchecked_kind", "unchecked_text", "unchecked_deep", "unchecked_error",
                     "unchecked_oversize", "none_array", "text_array", "bool_array", "none_binary", "bool_binary",
-                    "dumps_dtype_list", "no_warnings", "numpy_rows")
+                    "dumps_dtype_list", "no_warnings", "numpy_rows", "array_row_binary", "range_row_base64")
 
     @rule(part=st.integers(0, PARTS - 1))
     def binary_edges(self, part: int) -> None:
@@ -947,6 +947,12 @@ class SurfaceMachine(RuleBasedStateMachine):
             "bool_binary": (lambda: wire.dumps(HiddenBundle.sealed("s", 0, 0, 1, ((0.5, True),)), hidden="base64"),
                             (TypeError,)),
             "dumps_dtype_list": (lambda: wire.dumpb(sealed, dtype=["float32"]), (ValueError,)),
+            # A row held as an array or a range, which validate refuses, has no binary form (numpy
+            # would read it as a row of floats, and it would arrive as a valid bundle).
+            "array_row_binary": (lambda: wire.dumpb(HiddenBundle("s", 0, 0, 1, tuple(sealed.array()), sealed.checksum)),
+                                 (TypeError,)),
+            "range_row_base64": (lambda: wire.dumps(HiddenBundle("s", 0, 0, 1, (range(4),), "0" * 16),
+                                                    hidden="base64"), (TypeError,)),
             "loadb_type": (lambda: wire.loadb("FSB1"), (MalformedBundle,)),
             "unchecked_types": (lambda: wire.loads_unchecked(5), (MalformedBundle,)),
             "unchecked_fields": (lambda: wire.loads_unchecked(token_text.replace('"epoch"', '"era"')),
