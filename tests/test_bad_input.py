@@ -93,7 +93,21 @@ def _hidden_cases(good: HiddenBundle):
         ("layer past the model", HiddenBundle.sealed(good.session_id, good.epoch, good.start_pos, 4, rows),
          "layer"),
         ("contract", dataclasses.replace(good, contract="0"), "contract"),
+        # Rows are tuples of Python numbers: numpy would read these as rows of floats, and an
+        # engine behind a wire must refuse them as one in process does.
+        ("rows as arrays", dataclasses.replace(good, hidden=tuple(np.array(r, dtype=np.float32) for r in rows)),
+         "hidden[0]"),
+        ("a float32 value", dataclasses.replace(good, hidden=((np.float32(rows[0][0]),) + rows[0][1:],) + rows[1:]),
+         "hidden[0][0]"),
     ]
+
+
+HIDDEN_CASES = 15  # len(_hidden_cases(...)), checked below
+
+
+def test_every_hidden_case_is_parametrized():
+    good = HiddenBundle.sealed("s", 0, 2, 2, [(0.5, -0.25, 0.0, 1.0)])
+    assert len(_hidden_cases(good)) == HIDDEN_CASES
 
 
 def _send_bad_hidden(engine_factory, role, case):
@@ -104,7 +118,7 @@ def _send_bad_hidden(engine_factory, role, case):
     return name, match, raises_untouched(rig, ["s"], MalformedBundle, lambda: rig.engine.decode(bad))
 
 
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(HIDDEN_CASES))
 @pytest.mark.parametrize("role", ["middle", "tail"])
 def test_bad_hidden_bundle_is_malformed(engine_factory, role, case):
     _, _, err = _send_bad_hidden(engine_factory, role, case)
@@ -112,7 +126,7 @@ def test_bad_hidden_bundle_is_malformed(engine_factory, role, case):
 
 
 @pytest.mark.fixture_choice(WORDING)
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(HIDDEN_CASES))
 def test_bad_hidden_bundle_message_names_the_problem(engine_factory, case):
     name, match, err = _send_bad_hidden(engine_factory, "tail", case)
     assert match in str(err), (name, str(err))
