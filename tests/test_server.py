@@ -32,12 +32,14 @@ from fakeshard import (  # noqa: E402 - after the skips
     PositionMismatch,
     ResponseLost,
     SessionReleased,
+    ShardError,
     ShardSpec,
     StaleEpoch,
     TokenBundle,
     validate,
     wire,
 )
+from fakeshard.contract import hidden_checksum  # noqa: E402
 from fakeshard.remote import RemoteError, RemoteShardEngine, serve  # noqa: E402
 from fakeshard.server import ERROR_STATUS, HTTP_ERROR_CODES  # noqa: E402
 from fakeshard.topology import Topology, TopologyError  # noqa: E402
@@ -545,3 +547,72 @@ def test_served_engines_in_another_process_are_removed_once_gone(monkeypatch):
         # A finalizer only marks the nodes; the next engine made removes them (no I/O inside GC).
         kept = factory(ShardSpec("pool", 2, 0, 1))
         assert list(c.nodes()) == [kept.name]
+
+
+# -- the served node judges odd values as an engine in process does ------------------------------
+
+_ODD_TOKENS = [np.array([1, 2]), (1, np.int64(2)), range(1, 3), (True,), (1.0,), "ab", b"ab", None, {"t": 1},
+               (1, None), ((1,),), (1, 64), (63,), [1, 2]]
+_ODD_ROWS = ["float32 value", "array rows", "range rows", "list rows", "float64 value", "bool value", "None value",
+             "2-D array", "float16 array", "3-D array", "1-D array", "int rows", "str value", "nested rows"]
+
+
+def _odd_hidden(good: HiddenBundle, kind: str) -> HiddenBundle:
+    rows = good.rows()
+    first = rows[0]
+    held = {
+        "float32 value": lambda: ((np.float32(first[0]),) + first[1:],) + rows[1:],
+        "array rows": lambda: tuple(np.array(r, dtype=np.float32) for r in rows),
+        "range rows": lambda: (range(len(first)),) + rows[1:],
+        "list rows": lambda: [list(r) for r in rows],
+        "float64 value": lambda: ((np.float64(first[0]),) + first[1:],) + rows[1:],
+        "bool value": lambda: ((True,) + first[1:],) + rows[1:],
+        "None value": lambda: ((None,) + first[1:],) + rows[1:],
+        "2-D array": lambda: np.array(rows, dtype=np.float32),
+        "float16 array": lambda: np.array(rows, dtype=np.float16),
+        "3-D array": lambda: np.array(rows, dtype=np.float32)[None],
+        "1-D array": lambda: np.array(first, dtype=np.float32),
+        "int rows": lambda: tuple(tuple(int(v) for v in r) for r in rows),
+        "str value": lambda: (("0.5",) + first[1:],) + rows[1:],
+        "nested rows": lambda: ((first,),) + rows[1:],
+    }[kind]()
+    # Held as given (not through sealed, which converts), under the checksum of its values where
+    # they have one, so the checksum is not what decides.
+    try:
+        checksum = hidden_checksum(good.session_id, good.epoch, good.start_pos, good.layer, held)
+    except (TypeError, ValueError):
+        checksum = good.checksum
+    return HiddenBundle(good.session_id, good.epoch, good.start_pos, good.layer, held, checksum)
+
+
+def _outcome(call):
+    try:
+        out = call()
+    except ShardError as err:
+        return err.code, None
+    return "ok", out
+
+
+@pytest.mark.parametrize("encoding", ["frame", "json"])
+def test_a_served_node_takes_and_refuses_odd_values_as_an_engine_in_process(cluster, encoding):
+    # Every odd value a caller may hold, sent to a served node and to the same engine in process:
+    # the same answer, a refusal by the same code, and nothing held on the node after a refusal.
+    urls = cluster.nodes()
+    head = RemoteShardEngine(urls["head"]["url"], encoding=encoding)
+    mid = RemoteShardEngine(urls["mid"]["url"], encoding=encoding)
+    local_head = FakeShardEngine(SPEC.with_layers(0, 2), seed=3)
+    local_mid = FakeShardEngine(SPEC.with_layers(2, 4), seed=3)
+    for i, tokens in enumerate(_ODD_TOKENS):
+        sid = f"t{encoding}{i}"
+        remote = _outcome(lambda: head.prefill(TokenBundle(sid, 0, 0, tokens)))
+        local = _outcome(lambda: local_head.prefill(TokenBundle(sid, 0, 0, tokens)))
+        assert remote[0] == local[0] and remote[1] == local[1], (tokens, remote, local)
+        assert (head.session(sid) is None) == (local_head.session(sid) is None), tokens
+    for i, kind in enumerate(_ODD_ROWS):
+        sid = f"h{encoding}{i}"
+        good = local_head.prefill(TokenBundle(sid, 0, 0, (1, 2)))
+        bad = _odd_hidden(good, kind)
+        remote = _outcome(lambda: mid.prefill(bad))
+        local = _outcome(lambda: local_mid.prefill(bad))
+        assert remote[0] == local[0] and remote[1] == local[1], (kind, remote, local)
+        assert (mid.session(sid) is None) == (local_mid.session(sid) is None), kind
