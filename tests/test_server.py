@@ -616,3 +616,27 @@ def test_a_served_node_takes_and_refuses_odd_values_as_an_engine_in_process(clus
         local = _outcome(lambda: local_mid.prefill(bad))
         assert remote[0] == local[0] and remote[1] == local[1], (kind, remote, local)
         assert (mid.session(sid) is None) == (local_mid.session(sid) is None), kind
+
+
+_ODD_IDS = [(np.str_("n"), 0), (b"n", 0), (5, 0), ("", 0), ("n", np.int64(0)), ("n", True), ("n", 0.0), ("n", -1),
+            ("n", 2**63), (None, 0)]
+
+
+@pytest.mark.parametrize("encoding", ["frame", "json"])
+def test_a_served_node_takes_and_refuses_odd_ids_as_an_engine_in_process(cluster, encoding):
+    head = RemoteShardEngine(cluster.nodes()["head"]["url"], encoding=encoding)
+    local = FakeShardEngine(SPEC.with_layers(0, 2), seed=3)
+    for i, (sid, epoch) in enumerate(_ODD_IDS):
+        for engine in (head, local):
+            engine.prefill(TokenBundle(f"known{encoding}{i}", 0, 0, (1,)))
+        for op in ("prefill", "cancel", "release"):
+            def call(engine):
+                if op == "prefill":
+                    return engine.prefill(TokenBundle(sid, epoch, 0, (1, 2)))
+                return getattr(engine, op)(sid, epoch)
+            remote, here = _outcome(lambda: call(head)), _outcome(lambda: call(local))
+            if epoch == 2**63 and op == "prefill":  # docs/contract.md, The Python client
+                assert remote[0] == "malformed_bundle" and here[0] == "ok", (op, remote, here)
+                continue
+            assert remote[0] == here[0] and remote[1] == here[1], (op, sid, epoch, remote, here)
+        assert head.used_tokens == local.used_tokens, (sid, epoch)
