@@ -111,7 +111,12 @@ def _readable(bundle: Any) -> bytes:
         return json.dumps(wire._to_dict(bundle),
                           default=lambda value: {"no_wire_form": type(value).__name__}).encode("utf-8")
     except (TypeError, ValueError):  # not even that (a non-string key, a cycle): no bundle at all
-        return json.dumps({"kind": "not_a_bundle", "type": type(bundle).__name__}).encode("utf-8")
+        return _not_a_bundle(bundle)
+
+
+def _not_a_bundle(value: Any) -> bytes:
+    """The body sent for what is no bundle, so the node's engine refuses it as it would in process."""
+    return json.dumps({"kind": "not_a_bundle", "type": type(value).__name__}).encode("utf-8")
 
 
 class RemoteShardEngine:
@@ -202,8 +207,7 @@ class RemoteShardEngine:
             except TypeError:  # values with no binary form travel as readable JSON
                 body, kind = _readable(bundle), wire.JSON_CONTENT_TYPE
         else:  # not a bundle: sent anyway, so the node's engine refuses it as it would in process
-            body = json.dumps({"kind": "not_a_bundle", "type": type(bundle).__name__}).encode("utf-8")
-            kind = wire.JSON_CONTENT_TYPE
+            body, kind = _not_a_bundle(bundle), wire.JSON_CONTENT_TYPE
         response = self._send("POST", f"/v1/{op}", session_id=session_id, epoch=epoch, content=body,
                               headers={"Content-Type": kind})
         if response.status_code != 200:

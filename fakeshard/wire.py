@@ -163,13 +163,15 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
     if want is None:
         raise ValueError(f"dtype must be one of {sorted(HIDDEN_DTYPES)}, got {dtype!r}")
     try:
-        if not isinstance(bundle.hidden, np.ndarray):
+        if isinstance(bundle.hidden, np.ndarray):
+            source = bundle.array()
+        else:
             for i, row in enumerate(bundle.hidden):
                 # numpy reads a row held as an array (or a range) as a row of floats: sent so, a
                 # bundle validate refuses would arrive valid.  A scalar row fails on its shape.
                 if not isinstance(row, tuple) and np.ndim(row) > 0:
                     raise TypeError(f"hidden[{i}] is {type(row).__name__}, not a tuple")
-        source = bundle.array() if isinstance(bundle.hidden, np.ndarray) else _float64_rows(bundle.hidden)
+            source = _float64_rows(bundle.hidden)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"wire: these hidden values have no binary form ({exc})") from None
     if source.ndim != 2:
