@@ -145,12 +145,10 @@ def test_a_value_json_cannot_hold_is_refused_by_the_node_after_its_earlier_check
 
 
 @pytest.mark.parametrize("encoding", ["frame", "json"])
-@pytest.mark.parametrize("make", [lambda r: tuple(np.array(row, dtype=np.float32) for row in r),
-                                  lambda r: ((np.float32(r[0][0]),) + r[0][1:],) + r[1:]],
-                         ids=["rows as arrays", "a float32 value"])
-def test_hidden_values_validate_refuses_are_refused_by_the_node_too(cluster, encoding, make):
+@pytest.mark.parametrize("kind", ["array rows", "float32 value"])
+def test_hidden_values_validate_refuses_are_refused_by_the_node_too(cluster, encoding, kind):
     good = cluster.engine("head").prefill(TokenBundle("w", 0, 0, (1, 2)))
-    bad = HiddenBundle(good.session_id, good.epoch, good.start_pos, good.layer, make(good.rows()), good.checksum)
+    bad = _odd_hidden(good, kind)
     with pytest.raises(MalformedBundle):
         validate(bad)
     mid = RemoteShardEngine(cluster.nodes()["mid"]["url"], encoding=encoding)
