@@ -147,6 +147,22 @@ def _media_type(request: web.Request) -> str:
     return kind
 
 
+HIDDEN_FORMS = ("base64", "floats")
+
+
+def _hidden_form(request: web.Request) -> str:
+    """The ``hidden`` query's form of a JSON answer, refused before the call reaches the engine.
+
+    A value the node does not know would otherwise be answered in base64 after the call was
+    applied, so a typo (``?hidden=float``) is ``bad_request`` and nothing is applied.
+    """
+    forms = request.query.getall("hidden", [])
+    if len(forms) > 1 or (forms and forms[0] not in HIDDEN_FORMS):
+        raise _HTTPError("bad_request", f"the query's hidden must be one of {list(HIDDEN_FORMS)}, "
+                                        f"given once; got {forms!r}")
+    return forms[0] if forms else "base64"
+
+
 class UnreadableBody:
     """What a node's engine is given for a body that is no bundle at all (it refuses it)."""
 
@@ -320,6 +336,7 @@ class Node:
 
     async def _compute(self, request: web.Request, op: str) -> web.StreamResponse:
         media = _media_type(request)
+        hidden = _hidden_form(request)
         body = await request.read()
         frame = media == wire.FRAME_CONTENT_TYPE
         reason = None
@@ -337,7 +354,6 @@ class Node:
         if frame:
             data = wire.dumpb(out)
         else:
-            hidden = "floats" if request.query.get("hidden") == "floats" else "base64"
             data = wire.dumps(out, hidden=hidden).encode("utf-8")
         return await self._answer(request, None, took, data, media)
 

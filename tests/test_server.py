@@ -98,6 +98,71 @@ def test_plain_http_speaks_json(cluster, hidden):
     assert float(r.headers["Fakeshard-Delay"]) == 0.0
 
 
+@pytest.mark.parametrize("query", ["?hidden=float", "?hidden=", "?hidden=FLOATS", "?hidden=floats&hidden=base64",
+                                   "?hidden=base64&hidden=base64"])
+@pytest.mark.parametrize("kind", ["application/json", "application/vnd.fakeshard.frame"])
+def test_a_hidden_query_the_node_does_not_know_is_refused_before_the_call(cluster, query, kind):
+    url = cluster.nodes()["head"]["url"]
+    bundle = TokenBundle(f"q{len(query)}{kind[-5:]}", 0, 0, (1, 2))
+    body = wire.dumps(bundle).encode() if kind == "application/json" else wire.dumpb(bundle)
+    before = httpx.get(url + "/v1/state").json()["used_tokens"]
+    r = httpx.post(f"{url}/v1/prefill{query}", content=body, headers={"Content-Type": kind})
+    assert r.status_code == 400 and r.json()["code"] == "bad_request"
+    assert "hidden" in r.json()["message"]
+    # Nothing was applied: no session, no positions, and the same call with a good query succeeds.
+    assert httpx.get(f"{url}/v1/sessions/{bundle.session_id}").status_code == 404
+    assert httpx.get(url + "/v1/state").json()["used_tokens"] == before
+    r = httpx.post(f"{url}/v1/prefill?hidden=base64", content=body, headers={"Content-Type": kind})
+    assert r.status_code == 200
+
+
+_UNPARSABLE = {
+    "bad method": b"BLAH /v1/state HTTP/1.1\r\nHost: x\r\n\r\n",
+    "no request line": b"garbage\r\n\r\n",
+    "long header": b"GET /v1/state HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+    "long target": b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "length no number": b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: abc\r\n\r\n{}",
+    "broken chunks": b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNPARSABLE))
+def test_a_request_http_cannot_parse_is_400_closes_and_reaches_no_engine(name):
+    """Loopback only; every read is bounded by the socket's timeout."""
+    import socket
+    from urllib.parse import urlsplit
+
+    every_call_crashes = {"faults": json.loads(wire.dumps(FaultPlan([FaultRule(Crash(), count=None)])))}
+    with serve(topology(head=every_call_crashes), time_scale=0.0) as c:
+        url = urlsplit(c.nodes()["head"]["url"])
+        with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+            sock.sendall(_UNPARSABLE[name])
+            answer = b""
+            while chunk := sock.recv(65536):  # the server closes the connection
+                answer += chunk
+        assert answer.split(b" ", 2)[1] == b"400"
+        assert b"text/plain" in answer.partition(b"\r\n\r\n")[0].lower()
+        # Had it reached the head's engine, its plan would have crashed it on that call.
+        assert httpx.get(f"{c.control}/v1/nodes/head/log").json()["fired"] == []
+        assert httpx.get(c.nodes()["head"]["url"] + "/v1/state").json()["crashed"] is False
+        with pytest.raises(EngineCrashed):  # the plan is live: the first call that arrives crashes
+            c.engine("head").prefill(TokenBundle("s", 0, 0, (1,)))
+        assert len(httpx.get(f"{c.control}/v1/nodes/head/log").json()["fired"]) == 1
+
+
+def test_a_well_framed_chunked_body_is_read_like_any_other(cluster):
+    url = cluster.nodes()["head"]["url"]
+    body = wire.dumpb(TokenBundle("chunked", 0, 0, (1, 2, 3)))
+    r = httpx.post(url + "/v1/prefill", content=iter([body[:5], body[5:17], body[17:]]),
+                   headers={"Content-Type": wire.FRAME_CONTENT_TYPE})
+    assert r.request.headers["transfer-encoding"] == "chunked"
+    assert r.status_code == 200
+    assert wire.loadb(r.content) == FakeShardEngine(SPEC.with_layers(0, 2), seed=3).prefill(
+        TokenBundle("chunked", 0, 0, (1, 2, 3)))
+
+
 def test_errors_are_typed_with_their_fields_and_status(cluster):
     head = cluster.engine("head")
     head.prefill(TokenBundle("e", 1, 0, (1, 2)))
