@@ -601,8 +601,8 @@ class Cluster:
         body = await request.read()
         try:
             plan = wire.loads(body)
-        except MalformedBundle as exc:
-            return _json(_error_body("malformed_bundle", exc.message), 400)
+        except MalformedBundle as exc:  # an admin body the server cannot read, as for POST /v1/nodes
+            raise _HTTPError("bad_request", f"faults: {exc.message}") from None
         if not isinstance(plan, FaultPlan):
             raise _HTTPError("bad_request", f"the body must be a fault_plan, got {type(plan).__name__}")
         await node.admin("faults", plan)

@@ -163,6 +163,19 @@ def test_a_well_framed_chunked_body_is_read_like_any_other(cluster):
         TokenBundle("chunked", 0, 0, (1, 2, 3)))
 
 
+@pytest.mark.parametrize("body", [b"not json", b'{"kind": "fault_plan"}', b"\xff",
+                                  b'{"kind": "fault_plan", "contract": "1", "seed": 0, '
+                                  b'"rules": [{"fault": {"type": "crash"}, "nth": 0}]}',
+                                  wire.dumps(TokenBundle("s", 0, 0, (1,))).encode()])
+def test_a_fault_plan_the_control_port_cannot_read_is_bad_request_and_keeps_the_plan(cluster, body):
+    cluster.set_faults("head", FaultPlan((FaultRule(Crash(), op="prefill"),)))
+    r = httpx.put(f"{cluster.control}/v1/nodes/head/faults", content=body,
+                  headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["code"] == "bad_request"
+    with pytest.raises(EngineCrashed):  # the plan it had still holds
+        cluster.engine("head").prefill(TokenBundle("s", 0, 0, (1,)))
+
+
 def test_errors_are_typed_with_their_fields_and_status(cluster):
     head = cluster.engine("head")
     head.prefill(TokenBundle("e", 1, 0, (1, 2)))
