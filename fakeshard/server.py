@@ -133,8 +133,10 @@ async def _typed_errors(request: web.Request, handler: Callable[[web.Request], A
 
 def _read_json(body: bytes, what: str) -> Any:
     try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return wire.read_json(body.decode("utf-8"))
+    except wire.RepeatedKey as exc:
+        raise _HTTPError("bad_request", f"{what}: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _HTTPError("bad_request", f"{what} is not JSON: {exc}") from None
 
 
@@ -369,8 +371,8 @@ class Node:
                              f"{op} takes {wire.JSON_CONTENT_TYPE}, got {request.content_type!r}")
         body = await request.read()
         try:
-            data = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            data = wire.read_json(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):  # a key given twice too
             data = None
         # Whatever arrived goes to the engine, which refuses what is not a session id and an epoch.
         if isinstance(data, dict) and set(data) == {"session_id", "epoch"}:

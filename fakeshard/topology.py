@@ -87,13 +87,17 @@ class Topology:
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "Topology":
+        from fakeshard import wire  # as in from_dict
+
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise TopologyError(f"cannot read topology {str(path)!r}: {exc.strerror}") from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = wire.read_json(text)
+        except wire.RepeatedKey as exc:
+            raise TopologyError(f"topology {str(path)!r}: {exc}") from None
+        except (ValueError, RecursionError) as exc:
             raise TopologyError(f"topology {str(path)!r} is not JSON: {exc}") from None
         return cls.from_dict(data)
 

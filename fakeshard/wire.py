@@ -60,6 +60,7 @@ __all__ = [
     "JSON_CONTENT_TYPE",
     "MAX_FRAME_BYTES",
     "MAX_TEXT_CHARS",
+    "RepeatedKey",
     "dumpb",
     "dumps",
     "fault_from_dict",
@@ -67,6 +68,7 @@ __all__ = [
     "loadb",
     "loads",
     "loads_unchecked",
+    "read_json",
 ]
 
 #: ``loads`` refuses longer text (override per call with ``max_chars``).
@@ -246,6 +248,29 @@ class _Bad(Exception):
 
 def _reject_constant(name: str) -> Any:
     raise _Bad(f"non-finite number {name} is not allowed")
+
+
+class RepeatedKey(ValueError):
+    """A JSON object that names one key twice (readers in other languages differ on which counts)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"a JSON object names the key {key!r} twice")
+            seen.add(key)
+    return data
+
+
+def read_json(text: Union[str, bytes]) -> Any:
+    """``json.loads`` as every reader of fakeshard's JSON uses it: an object naming a key twice
+    is refused (``RepeatedKey``, a ``ValueError``), as a reader in another language could take
+    either of the two values. ``json.JSONDecodeError`` and ``RecursionError`` pass as they come.
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def _int64(value: int, path: str) -> int:
@@ -459,9 +484,12 @@ def _split_frame(data: Any, max_bytes: int) -> tuple[str, memoryview]:
 def _json_object(text: str, strict: bool) -> dict[str, Any]:
     """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant) if strict else json.loads(text)
+        data = (json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+                if strict else read_json(text))
     except RecursionError:
         raise _Bad("JSON is nested too deeply") from None
+    except RepeatedKey as exc:
+        raise _Bad(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise _Bad(f"not JSON: {exc}") from None
     if not isinstance(data, dict):

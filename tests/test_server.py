@@ -530,6 +530,39 @@ def test_bad_topologies_name_the_field(tmp_path):
         Topology.load(tmp_path / "missing.json")
 
 
+def test_a_topology_file_naming_a_key_twice_or_nested_too_deep_is_a_topology_error(tmp_path):
+    path = tmp_path / "t.json"
+    text = json.dumps(topology())
+    path.write_text(text.replace('"nodes":', '"model": {}, "nodes":', 1))
+    with pytest.raises(TopologyError, match="names the key 'model' twice"):
+        Topology.load(path)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TopologyError, match="not JSON"):
+        Topology.load(path)
+    path.write_text(text)
+    assert Topology.load(path) == Topology.from_dict(topology())
+
+
+def test_a_body_naming_a_key_twice_changes_nothing(cluster):
+    url = cluster.nodes()["head"]["url"]
+    head = cluster.engine("head")
+    head.prefill(TokenBundle("twice", 0, 0, (1, 2)))
+    r = httpx.post(url + "/v1/release", content=b'{"session_id": "other", "session_id": "twice", "epoch": 0}',
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["code"] == "malformed_bundle"
+    assert head.session("twice").status == "live" and head.session("other") is None
+    body = wire.dumps(TokenBundle("twice", 0, 2, (3,))).replace('"epoch": 0', '"epoch": 1, "epoch": 0')
+    r = httpx.post(url + "/v1/decode", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "names the key 'epoch' twice" in r.json()["message"]
+    assert head.session("twice").cached_tokens == 2
+    spec = {"model_id": SPEC.model_id, "n_layers": 6, "start_layer": 0, "end_layer": 2, "hidden_size": 8,
+            "vocab_size": 64}
+    node = json.dumps({"spec": spec, "name": "first"}).replace('"name": "first"', '"name": "first", "name": "second"')
+    r = httpx.post(cluster.control + "/v1/nodes", content=node, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["code"] == "bad_request" and "twice" in r.json()["message"]
+    assert not {"first", "second"} & set(cluster.nodes())
+
+
 def test_a_topology_runs_in_a_separate_process():
     with serve(topology(), subprocess=True) as c:
         assert pipeline(c).generate("sp", [9, 8], 3) == fault_free([9, 8], 3)

@@ -194,6 +194,51 @@ def test_an_integer_where_text_belongs_is_named_an_integer():
     assert str(info.value) == "wire: token_bundle.session_id must be a string, got an integer"
 
 
+def _repeat_a_key(doc: dict, path: tuple, key: str) -> str:
+    """``doc`` as JSON text, with ``key`` of the object at ``path`` written a second time first."""
+    target = doc
+    for step in path:
+        target = target[step]
+    marker = '"__repeat__": 0'
+    target["__repeat__"] = 0
+    text = json.dumps(doc)
+    target.pop("__repeat__")
+    return text.replace(marker, f"{json.dumps(key)}: {json.dumps(target[key])}")
+
+
+REPEATED = [
+    ("top level", TokenBundle("s", 0, 0, (1,)), (), "session_id"),
+    ("in an error", CacheMiss("m", session_id="s", epoch=0, expected=0, got=3), (), "got"),
+    ("in a rule", FaultPlan((FaultRule(Crash(), op="prefill"),)), ("rules", 0), "op"),
+    ("in a fault", FaultPlan((FaultRule(Delay(1.0)),)), ("rules", 0, "fault"), "seconds"),
+    ("in hidden base64", HiddenBundle.sealed("s", 0, 0, 2, [[0.5] * 4]), ("hidden",), "dtype"),
+]
+
+
+@pytest.mark.parametrize("name,value,path,key", REPEATED, ids=[c[0] for c in REPEATED])
+def test_an_object_naming_a_key_twice_is_refused_by_every_reader(name, value, path, key):
+    """A reader elsewhere may keep the first of two values where Python keeps the last."""
+    text = _repeat_a_key(json.loads(wire.dumps(value, hidden="base64")), path, key)
+    assert json.loads(text) == json.loads(wire.dumps(value, hidden="base64"))  # the same value twice
+    for read in (wire.loads, wire.loads_unchecked):
+        with pytest.raises(MalformedBundle, match=f"names the key '{key}' twice"):
+            read(text)
+    with pytest.raises(wire.RepeatedKey):
+        wire.read_json(text)
+
+
+def test_a_frame_header_naming_a_key_twice_is_refused():
+    frame = wire.dumpb(TokenBundle("s", 0, 0, (1, 2)))
+    size = int.from_bytes(frame[4:8], "little")
+    header = json.loads(frame[8:8 + size])
+    text = _repeat_a_key(header, (), "epoch").encode()
+    forged = frame[:4] + len(text).to_bytes(4, "little") + text + frame[8 + size:]
+    with pytest.raises(MalformedBundle, match="names the key 'epoch' twice"):
+        wire.loadb(forged)
+    assert wire.loadb(frame[:4] + len(header_text := json.dumps(header).encode()).to_bytes(4, "little")
+                      + header_text + frame[8 + size:]) == TokenBundle("s", 0, 0, (1, 2))
+
+
 def test_oversized_text_is_refused_before_parsing():
     text = wire.dumps(TokenBundle("s", 0, 0, tuple(range(100))))
     with pytest.raises(MalformedBundle, match="over the limit"):
