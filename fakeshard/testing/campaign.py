@@ -42,6 +42,13 @@ def _int_env(name: str) -> Optional[int]:
     return number
 
 
+def whole_profile() -> bool:
+    """Whether the machines run the loaded profile's own size (no ``FAKESHARD_MAX_EXAMPLES`` or
+    ``FAKESHARD_STEPS``): what a campaign must reach is stated for the ``ci`` profile's size,
+    and a campaign made smaller on purpose is not held to it."""
+    return _int_env("FAKESHARD_MAX_EXAMPLES") is None and _int_env("FAKESHARD_STEPS") is None
+
+
 def machine_settings(examples_cap: Optional[int] = None) -> Settings:
     """The loaded profile, with the campaign's overrides.
 
