@@ -62,6 +62,14 @@ _DELAY_HEADER = "Fakeshard-Delay"
 _BUNDLES = (TokenBundle, HiddenBundle, SampleBundle)
 
 
+def session_path(session_id: str) -> str:
+    """``session_id`` as the last segment of ``/v1/sessions/{session_id}``: its UTF-8 bytes (a lone
+    surrogate as its three bytes, as the checksum header gives it) percent-encoded, every byte
+    but ASCII letters, digits, ``-``, ``_`` and ``~``; ``.`` too, so that no client or proxy takes
+    ``.`` or ``..`` for a dot segment of the path and removes it."""
+    return quote(session_id.encode("utf-8", "surrogatepass"), safe="").replace(".", "%2E")
+
+
 class RemoteError(Exception):
     """The server answered outside the documented set, or refused an admin call (code, message)."""
 
@@ -243,7 +251,7 @@ class RemoteShardEngine:
     def session(self, session_id: str) -> Optional[SessionView]:
         if not isinstance(session_id, str) or not session_id:
             return None
-        response = self._send("GET", "/v1/sessions/" + quote(session_id, safe=""))
+        response = self._send("GET", "/v1/sessions/" + session_path(session_id))
         if response.status_code == 404:
             return None
         if response.status_code != 200:

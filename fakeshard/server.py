@@ -32,6 +32,7 @@ import socket
 import struct
 import threading
 import weakref
+from urllib.parse import unquote
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional
 
@@ -165,6 +166,21 @@ def _hidden_form(request: web.Request) -> str:
     return forms[0] if forms else "base64"
 
 
+SESSIONS_PREFIX = "/v1/sessions/"
+
+
+def _path_session_id(request: web.Request) -> Optional[str]:
+    """The session id a ``GET /v1/sessions/...`` names: the rest of the raw path, percent-decoded
+    as UTF-8 where a surrogate's three bytes stand for the lone surrogate (the client's
+    ``session_path``); bytes that are no such text name no session (``None``, so not found)."""
+    raw = request.raw_path.partition("?")[0]
+    try:
+        path = unquote(raw, errors="surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return path[len(SESSIONS_PREFIX):] if path.startswith(SESSIONS_PREFIX) else None
+
+
 class UnreadableBody:
     """What a node's engine is given for a body that is no bundle at all (it refuses it)."""
 
@@ -211,7 +227,7 @@ class Node:
         app.router.add_post("/v1/decode", self._decode)
         app.router.add_post("/v1/cancel", self._cancel)
         app.router.add_post("/v1/release", self._release)
-        app.router.add_get("/v1/sessions/{session_id:.+}", self._session)
+        app.router.add_get(SESSIONS_PREFIX + r"{session_id:[\s\S]+}", self._session)  # any char, \n too
         app.router.add_get("/v1/state", self._state)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=3600)
 
@@ -395,7 +411,10 @@ class Node:
         return await self._close(request, "release")
 
     async def _session(self, request: web.Request) -> web.StreamResponse:
-        session_id = request.match_info["session_id"]
+        session_id = _path_session_id(request)
+        if session_id is None:
+            return _http_error("not_found", f"{request.raw_path!r} names no session: its id is not "
+                                            "percent-encoded UTF-8")
         view, _, _ = await self._run(self.engine.session, session_id)
         if view is None:
             return _http_error("not_found", f"node {self.name!r} holds nothing for session {session_id!r}")

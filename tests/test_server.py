@@ -727,6 +727,32 @@ def test_a_served_node_takes_and_refuses_odd_values_as_an_engine_in_process(clus
         assert (mid.session(sid) is None) == (local_mid.session(sid) is None), kind
 
 
+# Session ids a URL path mangles unless every byte but the unreserved ones is escaped: dot
+# segments, a newline (which `.` in a route pattern does not match), a lone surrogate (no UTF-8),
+# and the characters that end or split a path.
+_PATH_IDS = ["..", ".", "a.b", "a\nb", "\r\n", "\ud800", "\udc80x", "/", "a/b", "%", "%2F", "?x=1", "#f",
+             " sp ", "é", "\x00", "\\", "~-_", "+", "x" * 4000]
+
+
+@pytest.mark.parametrize("encoding", ["frame", "json"])
+def test_a_served_node_s_session_view_answers_for_every_session_id_as_in_process(cluster, encoding):
+    head = RemoteShardEngine(cluster.nodes()["head"]["url"], encoding=encoding)
+    local = FakeShardEngine(SPEC.with_layers(0, 2), seed=3)
+    for i, sid in enumerate(_PATH_IDS):
+        assert head.session(sid) is None and local.session(sid) is None, sid
+        for engine in (head, local):
+            engine.prefill(TokenBundle(sid, i, 0, (1,) * (i + 1)))
+        assert head.session(sid) == local.session(sid), sid
+        assert head.session(sid).session_id == sid and head.session(sid).cached_tokens == i + 1
+    assert head.used_tokens == local.used_tokens
+
+
+def test_a_session_path_that_is_no_utf_8_names_no_session(cluster):
+    url = cluster.nodes()["head"]["url"]
+    r = httpx.get(url + "/v1/sessions/%ff")
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
+
+
 _ODD_IDS = [(np.str_("n"), 0), (b"n", 0), (5, 0), ("", 0), ("n", np.int64(0)), ("n", True), ("n", 0.0), ("n", -1),
             ("n", 2**63), (None, 0)]
 
