@@ -32,7 +32,10 @@ from fakeshard.testing.trace import Trace
 
 N_LAYERS = 4
 ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
-SIDS = ("a", "b", "c")
+#: The contract takes any non-empty str as a session id, so two of the three are ones a
+#: transport can mangle: the dot segment ``..`` of a URL path, and an id holding a path's
+#: separators, a newline and a lone surrogate (which has no UTF-8 form).
+SIDS = ("a", "..", "b/?#%\n\udc80")
 #: A call on this session crashes the engine: the Sessions machine's way to
 #: crash it through the public surface (a fault plan), not a private method.
 CRASH_SID = "crash!"
