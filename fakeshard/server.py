@@ -32,9 +32,9 @@ import socket
 import struct
 import threading
 import weakref
-from urllib.parse import unquote
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional
+from urllib.parse import unquote
 
 from aiohttp import web
 
