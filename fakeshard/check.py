@@ -157,6 +157,9 @@ def _validate(options: CheckOptions) -> str:
             raise CheckError(f"--{name} must be >= 1, got {value}")
     if options.workers < 1:
         raise CheckError(f"--workers must be >= 1, got {options.workers}")
+    floor = options.min_branch_coverage
+    if floor is not None and not 0 <= floor <= 100:  # a percent; NaN is refused too
+        raise CheckError(f"--min-branch-coverage is a percent from 0 to 100, got {floor}")
     if options.database:
         from fakeshard.testing.database import DatabaseError, example_database
 
