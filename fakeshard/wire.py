@@ -484,8 +484,8 @@ def _split_frame(data: Any, max_bytes: int) -> tuple[str, memoryview]:
 def _json_object(text: str, strict: bool) -> dict[str, Any]:
     """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
     try:
-        data = (json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-                if strict else read_json(text))
+        data = json.loads(text, parse_constant=_reject_constant if strict else None,
+                          object_pairs_hook=_unique_keys)
     except RecursionError:
         raise _Bad("JSON is nested too deeply") from None
     except RepeatedKey as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -555,9 +556,7 @@ def test_a_body_naming_a_key_twice_changes_nothing(cluster):
     r = httpx.post(url + "/v1/decode", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "names the key 'epoch' twice" in r.json()["message"]
     assert head.session("twice").cached_tokens == 2
-    spec = {"model_id": SPEC.model_id, "n_layers": 6, "start_layer": 0, "end_layer": 2, "hidden_size": 8,
-            "vocab_size": 64}
-    node = json.dumps({"spec": spec, "name": "first"}).replace('"name": "first"', '"name": "first", "name": "second"')
+    node = json.dumps({"spec": asdict(SPEC.with_layers(0, 2)), "name": "first"}).replace('"name": "first"', '"name": "first", "name": "second"')
     r = httpx.post(cluster.control + "/v1/nodes", content=node, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["code"] == "bad_request" and "twice" in r.json()["message"]
     assert not {"first", "second"} & set(cluster.nodes())
