@@ -119,7 +119,7 @@ def _env_path(name: str) -> "Path | None":
 
 
 def _check(args: argparse.Namespace) -> int:
-    from fakeshard.check import full_ci, required_probes, run_check, summary_table
+    from fakeshard.check import required_probes, run_check, summary_table
 
     result = run_check(_check_options(args))  # type: ignore[arg-type]
     out = sys.stdout
@@ -127,9 +127,9 @@ def _check(args: argparse.Namespace) -> int:
     out.write(f"engine: {result.options.engine} (evidence class: {result.evidence_class}"
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
     required = required_probes()
-    if full_ci(result.options):
+    if result.probes_required:  # a whole ci campaign of the engine machines (check.full_ci)
         unreached = f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else ""
-    else:  # only a whole ci campaign of the engine machines is held to every probe
+    else:
         unreached = " (not a whole ci campaign of the engine machines: not held to every probe)"
     out.write(f"probes reached: {len(set(result.probes) & required)}/{len(required)}{unreached}\n")
     if result.coverage:
