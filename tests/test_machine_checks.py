@@ -156,6 +156,47 @@ def test_a_reader_that_skips_what_base64_does_not_allow_is_caught(monkeypatch):
         _reader_edges(2)
 
 
+def _lax_keys(which):
+    """A stand-in for the readers' object hook that lets a key named twice through somewhere."""
+    from fakeshard import wire
+
+    strict = wire._unique_keys
+
+    def hook(pairs):
+        if which == "last":  # plain json.loads: the last value wins
+            return dict(pairs)
+        if which == "agreeing":  # a repeat whose values agree is taken as one key
+            first = {}
+            for key, value in pairs:
+                if first.setdefault(key, value) != value:
+                    return strict(pairs)
+            return dict(pairs)
+        if which == "nested" and not any(key == "kind" for key, _ in pairs):
+            return dict(pairs)  # only the outermost object (the one with a kind) is checked
+        return strict(pairs)
+
+    return hook
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_the_repeated_keys_pass_the_reader_as_it_is(index):
+    from fakeshard.testing.surface import key_twice
+
+    _reader_edges(index)  # every pool value: bundles, a plan, a rule, both hidden forms
+    doc = {"a": [{"b": 1}], "c": 2}
+    assert key_twice(doc, ("a", 0), "b", 3) == '{"a": [{"b": 1, "b": 3}], "c": 2}'
+    assert key_twice(doc, (), "c", None) == '{"a": [{"b": 1}], "c": 2, "c": null}'
+
+
+@pytest.mark.parametrize(("which", "index"), [("last", 0), ("agreeing", 0), ("nested", 1), ("nested", 2)])
+def test_a_reader_that_takes_a_key_named_twice_is_caught(monkeypatch, which, index):
+    from fakeshard import wire
+
+    monkeypatch.setattr(wire, "_unique_keys", _lax_keys(which))
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges(index)
+
+
 @pytest.mark.parametrize("limit", ["max_chars", "max_bytes"])
 def test_a_limit_that_refuses_a_value_of_its_own_size_is_caught(monkeypatch, limit):
     from fakeshard import MalformedBundle, wire

@@ -216,6 +216,32 @@ def _framed(head: Any, body: bytes = b"") -> bytes:
     return b"FSB1" + len(text).to_bytes(4, "little") + text + body
 
 
+def _objects(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path (keys and indexes) of every JSON object in ``doc``, itself first."""
+    if isinstance(doc, dict):
+        found = [path]
+        for key, item in doc.items():
+            found += _objects(item, (*path, key))
+        return found
+    if isinstance(doc, list):
+        return [p for i, item in enumerate(doc) for p in _objects(item, (*path, i))]
+    return []
+
+
+def key_twice(doc: Any, path: tuple[Any, ...], key: str, again: Any) -> str:
+    """``doc`` as JSON text in which the object at ``path`` names ``key`` a second time, last,
+    with the value ``again`` (which ``json.dumps`` of a dict cannot write)."""
+    if not path:
+        return json.dumps(doc)[:-1] + f", {json.dumps(key)}: {json.dumps(again)}}}"
+    step, rest = path[0], path[1:]
+    if isinstance(doc, dict):
+        items = (f"{json.dumps(k)}: {key_twice(v, rest, key, again) if k == step else json.dumps(v)}"
+                 for k, v in doc.items())
+        return "{" + ", ".join(items) + "}"
+    return "[" + ", ".join(key_twice(v, rest, key, again) if i == step else json.dumps(v)
+                           for i, v in enumerate(doc)) + "]"
+
+
 def _build_fault(kind: str, arg: Any) -> Any:
     return {"delay": lambda: Delay(arg), "memory_pressure": lambda: MemoryPressure(arg),
             "malformed": lambda: Malformed(arg), "crash": Crash, "drop_response": DropResponse}[kind]()
@@ -812,6 +838,7 @@ class SurfaceMachine(RuleBasedStateMachine):
             extra = {"expected", "got"} if doc["kind"] == "error" and doc["code"] in ("cache_miss",
                                                                                     "position_mismatch") else set()
             assert set(doc) == keys | extra, (sorted(doc), sorted(keys | extra))
+        self._repeated_keys(value, index)
         if isinstance(value, TokenBundle):
             # A frame's header may be 1 MiB, not a byte more (JSON's whitespace fills it here).
             head = json.dumps(doc).encode()
@@ -859,6 +886,32 @@ class SurfaceMachine(RuleBasedStateMachine):
                 assert wire.loads_unchecked(empty, frame=True).array().shape == tuple(shape)
             else:
                 self._expect(False, lambda: wire.loads_unchecked(empty, frame=True), (MalformedBundle,))
+
+    def _repeated_keys(self, value: Any, index: int) -> None:
+        """Exact keys: an object that names a key twice is refused by every reader, at any depth
+        (a bundle, a base64 hidden object, a plan's rule and its fault, a frame's header), whether
+        the two values agree or not; a reader that kept either one would read what a reader in
+        another language may read differently."""
+        bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
+        sent: list[tuple[dict[str, Any], Optional[bytes]]] = [(json.loads(wire.dumps(value, hidden="base64")), None)]
+        if bundle:  # a frame's header, before the payload the value has
+            sent.append(_frame_parts(wire.dumpb(value)))
+        for doc, payload in sent:
+            for path in _objects(doc):
+                where = doc
+                for step in path:
+                    where = where[step]
+                key = sorted(where)[index % len(where)]
+                for again in (where[key], None):
+                    text = key_twice(doc, path, key, again)
+                    if payload is not None:
+                        frame = _framed(text.encode(), payload)
+                        self._expect(False, lambda: wire.loadb(frame), (MalformedBundle,))
+                        self._expect(False, lambda: wire.loads_unchecked(frame, frame=True), (MalformedBundle,))
+                        continue
+                    self._expect(False, lambda: wire.loads(text), (MalformedBundle,))
+                    if bundle or isinstance(value, ShardError):
+                        self._expect(False, lambda: wire.loads_unchecked(text), (MalformedBundle,))
 
     BINARY_EDGES = ("dumps_type", "dumps_form", "dumps_dtype", "junk_binary", "ragged_binary", "cube_rows",
                     "cube_binary", "compare", "junk_array", "loadb_type", "loadb_bytearray", "unchecked_types",
