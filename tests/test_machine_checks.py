@@ -197,6 +197,14 @@ def test_a_reader_that_takes_a_key_named_twice_is_caught(monkeypatch, which, ind
         _reader_edges(index)
 
 
+def test_a_read_json_without_the_repeated_key_check_is_caught(monkeypatch):
+    from fakeshard import wire
+
+    monkeypatch.setattr(wire, "read_json", json.loads)  # what the HTTP API read before 0057ea7
+    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
+        _reader_edges(0)
+
+
 @pytest.mark.parametrize("limit", ["max_chars", "max_bytes"])
 def test_a_limit_that_refuses_a_value_of_its_own_size_is_caught(monkeypatch, limit):
     from fakeshard import MalformedBundle, wire

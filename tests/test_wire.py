@@ -27,6 +27,7 @@ from fakeshard import (
 from fakeshard import wire
 from fakeshard.errors import ERROR_CODES
 from fakeshard.faults import MALFORMED_KINDS, OPS
+from fakeshard.testing.surface import key_twice
 
 ids = st.text(min_size=1, max_size=12)
 naturals = st.integers(min_value=0, max_value=2**40)
@@ -195,15 +196,11 @@ def test_an_integer_where_text_belongs_is_named_an_integer():
 
 
 def _repeat_a_key(doc: dict, path: tuple, key: str) -> str:
-    """``doc`` as JSON text, with ``key`` of the object at ``path`` written a second time first."""
+    """``doc`` as JSON text, with ``key`` of the object at ``path`` written a second time, last."""
     target = doc
     for step in path:
         target = target[step]
-    marker = '"__repeat__": 0'
-    target["__repeat__"] = 0
-    text = json.dumps(doc)
-    target.pop("__repeat__")
-    return text.replace(marker, f"{json.dumps(key)}: {json.dumps(target[key])}")
+    return key_twice(doc, path, key, target[key])
 
 
 REPEATED = [

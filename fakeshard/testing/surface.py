@@ -889,13 +889,17 @@ class SurfaceMachine(RuleBasedStateMachine):
 
     def _repeated_keys(self, value: Any, index: int) -> None:
         """Exact keys: an object that names a key twice is refused by every reader, at any depth
-        (a bundle, a base64 hidden object, a plan's rule and its fault, a frame's header), whether
-        the two values agree or not; a reader that kept either one would read what a reader in
+        (a bundle, a base64 hidden object, a plan's rule and its fault, a frame's header; and
+        ``wire.read_json``, the HTTP API's and a topology file's reader), whether the two values
+        agree or not; a reader that kept either one would read what a reader in
         another language may read differently."""
         bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
         sent: list[tuple[dict[str, Any], Optional[bytes]]] = [(json.loads(wire.dumps(value, hidden="base64")), None)]
         if bundle:  # a frame's header, before the payload the value has
             sent.append(_frame_parts(wire.dumpb(value)))
+        clean = sent[0][0]
+        for text in (json.dumps(clean), json.dumps(clean).encode()):  # the HTTP API's and topology's reader
+            assert wire.read_json(text) == clean
         for doc, payload in sent:
             for path in _objects(doc):
                 where = doc
@@ -910,6 +914,7 @@ class SurfaceMachine(RuleBasedStateMachine):
                         self._expect(False, lambda: wire.loads_unchecked(frame, frame=True), (MalformedBundle,))
                         continue
                     self._expect(False, lambda: wire.loads(text), (MalformedBundle,))
+                    self._expect(False, lambda: wire.read_json(text), (wire.RepeatedKey,))
                     if bundle or isinstance(value, ShardError):
                         self._expect(False, lambda: wire.loads_unchecked(text), (MalformedBundle,))
 
