@@ -539,7 +539,8 @@ class SurfaceMachine(RuleBasedStateMachine):
         try:
             pipe.cancel("s", 1)
         except StaleEpoch as err:
-            assert (err.session_id, err.epoch) == ("s", 1) and pipe.last_failed_stage == 0, err
+            assert (err.session_id, err.epoch) == ("s", 1) and pipe.last_failed_stage == 0, \
+                f"a stale cancel raised {err!r} with last_failed_stage {pipe.last_failed_stage}, not stage 0's"
         else:
             raise AssertionError("a cancel at an older epoch than every stage has seen was not refused")
         assert pipe.used_tokens == 6  # a refused cancel changes nothing
