@@ -145,9 +145,9 @@ def _lenient_base64(monkeypatch):
     monkeypatch.setattr("fakeshard.wire.binascii.a2b_base64", lambda data, strict_mode=False: strict(data))
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(5))
 def test_the_reader_edges_pass_the_reader_as_it_is(index):
-    _reader_edges(index)  # the pool's token bundle, fault plan and hidden bundle
+    _reader_edges(index)  # every pool value: bundles, a plan, a rule, both hidden forms
 
 
 def test_a_reader_that_skips_what_base64_does_not_allow_is_caught(monkeypatch):
@@ -178,11 +178,9 @@ def _lax_keys(which):
     return hook
 
 
-@pytest.mark.parametrize("index", range(5))
-def test_the_repeated_keys_pass_the_reader_as_it_is(index):
+def test_key_twice_writes_the_key_again_last_in_the_object_named():
     from fakeshard.testing.surface import key_twice
 
-    _reader_edges(index)  # every pool value: bundles, a plan, a rule, both hidden forms
     doc = {"a": [{"b": 1}], "c": 2}
     assert key_twice(doc, ("a", 0), "b", 3) == '{"a": [{"b": 1, "b": 3}], "c": 2}'
     assert key_twice(doc, (), "c", None) == '{"a": [{"b": 1}], "c": 2, "c": null}'

@@ -906,6 +906,8 @@ class SurfaceMachine(RuleBasedStateMachine):
                 where = doc
                 for step in path:
                     where = where[step]
+                if not where:  # an empty object has no key to repeat
+                    continue
                 key = sorted(where)[index % len(where)]
                 for again in (where[key], None):
                     text = key_twice(doc, path, key, again)
