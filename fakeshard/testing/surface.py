@@ -216,15 +216,15 @@ def _framed(head: Any, body: bytes = b"") -> bytes:
     return b"FSB1" + len(text).to_bytes(4, "little") + text + body
 
 
-def _objects(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """The path (keys and indexes) of every JSON object in ``doc``, itself first."""
+def _objects(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every JSON object in ``doc`` with its path (keys and indexes), ``doc`` itself first."""
     if isinstance(doc, dict):
-        found = [path]
+        found = [(path, doc)]
         for key, item in doc.items():
             found += _objects(item, (*path, key))
         return found
     if isinstance(doc, list):
-        return [p for i, item in enumerate(doc) for p in _objects(item, (*path, i))]
+        return [found for i, item in enumerate(doc) for found in _objects(item, (*path, i))]
     return []
 
 
@@ -839,7 +839,7 @@ class SurfaceMachine(RuleBasedStateMachine):
             extra = {"expected", "got"} if doc["kind"] == "error" and doc["code"] in ("cache_miss",
                                                                                     "position_mismatch") else set()
             assert set(doc) == keys | extra, (sorted(doc), sorted(keys | extra))
-        self._repeated_keys(value, index)
+        self._repeated_keys(value, index, frame)
         if isinstance(value, TokenBundle):
             # A frame's header may be 1 MiB, not a byte more (JSON's whitespace fills it here).
             head = json.dumps(doc).encode()
@@ -888,33 +888,31 @@ class SurfaceMachine(RuleBasedStateMachine):
             else:
                 self._expect(False, lambda: wire.loads_unchecked(empty, frame=True), (MalformedBundle,))
 
-    def _repeated_keys(self, value: Any, index: int) -> None:
+    def _repeated_keys(self, value: Any, index: int, frame: bytes) -> None:
         """Exact keys: an object that names a key twice is refused by every reader, at any depth
-        (a bundle, a base64 hidden object, a plan's rule and its fault, a frame's header; and
+        (a bundle, a base64 hidden object, a plan's rule and its fault, ``frame``'s header; and
         ``wire.read_json``, the HTTP API's and a topology file's reader), whether the two values
         agree or not; a reader that kept either one would read what a reader in
         another language may read differently."""
         bundle = isinstance(value, (TokenBundle, HiddenBundle, SampleBundle))
-        sent: list[tuple[dict[str, Any], Optional[bytes]]] = [(json.loads(wire.dumps(value, hidden="base64")), None)]
-        if bundle:  # a frame's header, before the payload the value has
-            sent.append(_frame_parts(wire.dumpb(value)))
-        clean = sent[0][0]
-        for text in (json.dumps(clean), json.dumps(clean).encode()):  # the HTTP API's and topology's reader
-            assert wire.read_json(text) == clean
+        clean = json.loads(wire.dumps(value, hidden="base64"))
+        sent: list[tuple[dict[str, Any], Optional[bytes]]] = [(clean, None)]
+        if bundle:  # the frame's header, before the payload the value has
+            sent.append(_frame_parts(frame))
+        clean_text = json.dumps(clean)
+        for read in (clean_text, clean_text.encode()):  # the HTTP API's and topology's reader
+            assert wire.read_json(read) == clean
         for doc, payload in sent:
-            for path in _objects(doc):
-                where = doc
-                for step in path:
-                    where = where[step]
+            for path, where in _objects(doc):
                 if not where:  # an empty object has no key to repeat
                     continue
                 key = sorted(where)[index % len(where)]
                 for again in (where[key], None):
                     text = key_twice(doc, path, key, again)
                     if payload is not None:
-                        frame = _framed(text.encode(), payload)
-                        self._expect(False, lambda: wire.loadb(frame), (MalformedBundle,))
-                        self._expect(False, lambda: wire.loads_unchecked(frame, frame=True), (MalformedBundle,))
+                        broken = _framed(text.encode(), payload)
+                        self._expect(False, lambda: wire.loadb(broken), (MalformedBundle,))
+                        self._expect(False, lambda: wire.loads_unchecked(broken, frame=True), (MalformedBundle,))
                         continue
                     self._expect(False, lambda: wire.loads(text), (MalformedBundle,))
                     self._expect(False, lambda: wire.read_json(text), (wire.RepeatedKey,))
