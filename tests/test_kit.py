@@ -1,7 +1,8 @@
 """The kit from an installed wheel: a throwaway project in a fresh virtual environment.
 
 The wheel is built from this checkout offline, installed without dependencies into a
-fresh venv that sees this interpreter's packages (Hypothesis, pytest, numpy, ...), and
+fresh venv that sees the running interpreter's packages (Hypothesis, pytest, numpy, ...),
+whether that is a virtual environment, the system's or a conda one, and
 used from a folder that is not the checkout: the plugin's options, markers and
 fixtures, the README's coordinator adapter under ``fakeshard check --coordinator``, a
 buggy coordinator caught with its trace saved where the project says, and ``replay``.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import site
 import subprocess
 import sys
 import textwrap
@@ -30,6 +32,19 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 600, **env: str) -> subproc
     return subprocess.run(cmd, cwd=cwd, env={**clean, **env}, capture_output=True, text=True, timeout=timeout)
 
 
+def _site_dirs() -> list[str]:
+    """The folders this interpreter imports installed packages from, the checkout's excepted.
+
+    ``site.getsitepackages()`` names them wherever the suite runs: a virtual environment
+    (with the base interpreter's too, where it was made with ``--system-site-packages``), the
+    system interpreter or a conda environment.  A folder is not a site folder of its own in
+    the throwaway environment, so the ``.pth`` files in it (an editable install of this
+    checkout among them) are not run there.
+    """
+    dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir() and not Path(d).resolve().is_relative_to(ROOT)]
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("kit")
@@ -37,9 +52,14 @@ def venv(tmp_path_factory) -> Path:
                   "-q", "-w", str(tmp / "dist"), str(ROOT)], cwd=tmp)
     assert built.returncode == 0, built.stderr
     wheel = next((tmp / "dist").glob("fakeshard-*.whl"))
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv")], cwd=tmp)
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], cwd=tmp)
     assert made.returncode == 0, made.stderr
     python = tmp / "venv" / "bin" / "python"
+    own = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp)
+    assert own.returncode == 0, own.stderr
+    # This interpreter's packages (Hypothesis, pytest, numpy, ...) come after the venv's own
+    # folder, where the wheel goes: the wheel's fakeshard is found first.
+    (Path(own.stdout.strip()) / "_running_interpreter.pth").write_text("\n".join(_site_dirs()) + "\n")
     installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
                       "-q", str(wheel)], cwd=tmp)
     assert installed.returncode == 0, installed.stderr

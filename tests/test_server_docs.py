@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,10 @@ def test_three_nodes_and_curl(tmp_path):
     block = next(b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "fakeshard serve" in b)
     (tmp_path / "docs" / "examples").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "examples" / "three-nodes.json", tmp_path / "docs" / "examples")
+    # The block's `python3` is the interpreter running the suite (an unactivated venv's included).
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     result = subprocess.run(["bash", "-c", "set -e\n" + block], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, env={**os.environ, "PATH": path})
     assert result.returncode == 0, result.stderr
     sample, view, partitioned, stopped = [json.loads(line) for line in result.stdout.splitlines() if line]
     spec = ShardSpec("demo", 6, 0, 6, hidden_size=8, vocab_size=256)
