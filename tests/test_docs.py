@@ -6,6 +6,8 @@ import doctest
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,14 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
     commands = re.findall(r"```sh\n(.*?)\n```", README, flags=re.S)[:2]
     assert "fakeshard check" in commands[0]
     assert "pytest" in commands[1]
-    assert commands[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    # CI runs both as written: it prints each block with .ci/readme_command.py and runs it.
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r'^bash -euo pipefail -c "\$\(readme 1\)"$', ci, flags=re.M)
+    assert re.search(r'^bash -euo pipefail -c "\$\(readme 2\)"$', ci, flags=re.M)
+    for n, command in enumerate(commands, start=1):
+        printed = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_command.py"), str(n)],
+                                 capture_output=True, text=True, check=True).stdout
+        assert printed == command + "\n"
 
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(fakeshard.__path__, "fakeshard.")
