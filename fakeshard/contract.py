@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import struct
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import xxhash
@@ -158,9 +159,21 @@ class HiddenBundle:
     floats or as one 2-D numpy array of a float dtype (engines answer with
     read-only float32 arrays: the data plane at memory speed).  ``checksum``
     covers the identity fields and the values (build one with
-    :meth:`sealed`).  Two bundles are equal when their fields and values are,
-    whichever form holds the values.  An array given writable is copied once
-    and frozen, so a valid bundle stays valid.
+    :meth:`sealed`).  Two bundles are equal when their fields are and their
+    values have the same shape and the same bits as float32, whichever form
+    holds them: one relation, reflexive, symmetric and transitive, NaN
+    included (a NaN equals a NaN of the same bits; ``-0.0`` is not ``0.0``).
+    An array given writable is copied once and frozen, so a valid bundle
+    stays valid.
+
+    For example::
+
+        >>> nan = float("nan")
+        >>> rows = HiddenBundle("s", 0, 0, 1, ((nan, 0.1),), "0" * 16)
+        >>> rows == HiddenBundle("s", 0, 0, 1, ((float("nan"), 0.1),), "0" * 16)
+        True
+        >>> rows == HiddenBundle("s", 0, 0, 1, np.array([[nan, 0.1]], np.float32), "0" * 16)
+        True
     """
 
     session_id: str
@@ -211,13 +224,7 @@ class HiddenBundle:
                 (other.session_id, other.epoch, other.start_pos, other.layer, other.checksum,
                  other.contract):
             return False
-        a, b = self.hidden, other.hidden
-        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-            try:
-                return bool(np.array_equal(_as_array(a), _as_array(b), equal_nan=True))
-            except (TypeError, ValueError, OverflowError):
-                return False
-        return bool(a == b)
+        return _same_values(self.hidden, other.hidden)
 
     def __hash__(self) -> int:
         return hash((self.session_id, self.epoch, self.start_pos, self.layer, self.checksum))
@@ -274,6 +281,57 @@ def _as_array(hidden: Any) -> np.ndarray:
     if out.ndim != 2:
         raise ValueError(f"hidden must be 2-D, got shape {out.shape}")
     return out
+
+
+def _float32_bits(hidden: Any) -> Optional[np.ndarray]:
+    """The values as a 2-D array of their float32 bit patterns (``uint32``), or ``None`` when
+    ``hidden`` holds no values: neither a 2-D array of numbers (a float dtype, or an integer
+    one, which ``validate`` refuses but which holds the same numbers) nor a tuple of equally
+    long tuples of numbers (ints or floats, not bools)."""
+    if isinstance(hidden, np.ndarray):
+        if hidden.dtype.kind not in "fiu" or hidden.ndim != 2:
+            return None
+        values = hidden
+    else:
+        if not isinstance(hidden, tuple) or not all(
+                isinstance(row, tuple) and all(map(_is_number, row)) for row in hidden):
+            return None
+        if len({len(row) for row in hidden}) > 1:
+            return None
+        try:
+            values = np.array(hidden, dtype=np.float64).reshape(len(hidden), len(hidden[0]) if hidden else 0)
+        except OverflowError:  # an int beyond float64: no float32 value either
+            return None
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, as the checksum reads it
+        return np.ascontiguousarray(values, dtype=_F32_LE).view(np.uint32)
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Whether two bundles' ``hidden`` hold the same values (see :class:`HiddenBundle`).
+
+    Contents in no form the contract gives values (malformed ones: ``None``, bools, ragged
+    rows, a row that is no tuple) are equal only to contents of the same structure whose
+    leaves are equal, floats and numpy values by their bits.
+    """
+    if a is b:
+        return True
+    x, y = _float32_bits(a), _float32_bits(b)
+    if x is None or y is None:
+        return x is None and y is None and _structure(a) == _structure(b)
+    return x.shape == y.shape and bool(np.array_equal(x, y))
+
+
+def _structure(value: Any) -> Any:
+    """``value`` as a comparable structure in which every leaf equals itself (NaN included)."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_structure(v) for v in value))
+    if isinstance(value, float):  # numpy's float64 among them, as everywhere in the contract
+        return ("float", struct.pack("<d", value))
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ("numpy", value.dtype.str, np.shape(value), np.asarray(value).tobytes())
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, int(value))
+    return ("object", type(value).__qualname__, value)
 
 
 def _float64_rows(hidden: Any) -> np.ndarray:

@@ -471,9 +471,11 @@ def test_the_two_forms_convert_each_way():
     array = from_rows.array()
     assert array.dtype == np.float32 and array.shape == (2, 2) and array.flags.writeable is False
     assert array.tolist() == [[0.5, float(np.float32(0.1))], [2.0, -3.5]]
-    # float32 holds 0.1 less exactly than a Python float: the checksums agree, the values do not.
+    # float32 holds 0.1 less exactly than a Python float, but the contract reads values as
+    # float32 (the checksum, the wire, equality): the two are one bundle.
     from_array = HiddenBundle.sealed("s", 0, 0, 1, array)
-    assert from_array.checksum == from_rows.checksum and from_array != from_rows
+    assert from_array.checksum == from_rows.checksum and from_array == from_rows
+    assert from_array != HiddenBundle.sealed("s", 0, 0, 1, ((0.5, 0.1 + 2**-24), (2.0, -3.5)))
     assert from_array.rows() == ((0.5, float(np.float32(0.1))), (2.0, -3.5))
     assert HiddenBundle.sealed("s", 0, 0, 1, from_array.rows()) == from_array
     # A malformed bundle's contents come back as they are, for its receiver to refuse.

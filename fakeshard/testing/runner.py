@@ -9,6 +9,7 @@ is touched only through the contract's public surface.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import json
 import math
@@ -86,12 +87,30 @@ def summarize_expected(expected: Expected) -> dict[str, Any]:
 
 
 def _values(hidden: Any) -> Any:
-    """A hidden bundle's values as nested lists of floats (NaN as a marker, so that it equals
-    itself), whichever form holds them; anything else as it is."""
-    rows = hidden.tolist() if isinstance(hidden, np.ndarray) else hidden
-    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rows):
-        return rows
-    return [["nan" if isinstance(v, float) and math.isnan(v) else v for v in row] for row in rows]
+    """A hidden bundle's values as the contract compares them: their shape and the bytes of
+    every value as float32, whichever form holds them (a 2-D array of floats or integers, or
+    a tuple of equally long tuples of numbers that are no bools); other contents (malformed
+    ones) by their structure, a float by its bits, so that NaN equals itself."""
+    if isinstance(hidden, np.ndarray):
+        if hidden.dtype.kind in "fiu" and hidden.ndim == 2:
+            return ("float32", hidden.shape, [array.array("f", row).tobytes() for row in hidden.tolist()])
+        return ("array", hidden.dtype.str, hidden.shape, hidden.tobytes())
+    numbers = isinstance(hidden, tuple) and all(
+        isinstance(row, tuple) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+        for row in hidden)
+    if numbers and len({len(row) for row in hidden}) <= 1:
+        try:
+            return ("float32", (len(hidden), len(hidden[0]) if hidden else 0),
+                    [array.array("f", row).tobytes() for row in hidden])
+        except OverflowError:  # an int beyond any float
+            pass
+    if isinstance(hidden, (tuple, list)):
+        return (type(hidden).__name__, [_values(v) for v in hidden])
+    if isinstance(hidden, float):
+        return ("float", array.array("d", [hidden]).tobytes())
+    if isinstance(hidden, np.generic):
+        return ("numpy", hidden.dtype.str, hidden.tobytes())
+    return (type(hidden).__name__, hidden)
 
 
 def same(a: Any, b: Any) -> bool:
