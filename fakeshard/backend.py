@@ -113,8 +113,14 @@ class HashBackend:
 
     @staticmethod
     def _decode(inputs: Any) -> list[int]:
-        """The 64-bit state in each row's first four columns (rounded half to even, mod 2**16)."""
-        first = np.asarray(inputs)[:, :4].astype(np.float64)
+        """The 64-bit state in each row's first four columns (rounded half to even, mod 2**16).
+
+        Values are read as float32, as the contract reads them (the checksum, equality): rows of
+        Python floats and an array of the same float32 values are one input.  A value beyond
+        float32's range saturates at its largest finite value, as the real engine's does.
+        """
+        first = np.asarray(inputs, dtype=np.float64)[:, :4]
+        first = np.clip(first, -_F32_MAX, _F32_MAX).astype(np.float32).astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             limbs = np.mod(np.rint((first + 1.0) * 32768.0), 65536.0).astype(np.uint64)
         return ((limbs << _LIMB_SHIFTS).sum(axis=1, dtype=np.uint64)).tolist()
@@ -142,3 +148,4 @@ class HashBackend:
 
 
 _LIMB_SHIFTS = np.array([0, 16, 32, 48], dtype=np.uint64)
+_F32_MAX = float(np.finfo(np.float32).max)

@@ -127,3 +127,32 @@ def test_what_counts_as_values(left, right, equal):
     assert (a == b) == equal and (b == a) == equal and same(a, b) == equal
     assert a == HiddenBundle("s", 0, 0, 1, left, "c")
 
+
+def _answers_alike(values: list[float], engine: str) -> None:
+    rows = (tuple(values),)
+    as_rows = HiddenBundle.sealed("s", 0, 0, 1, rows)
+    as_array = HiddenBundle.sealed("s", 0, 0, 1, np.array(rows, dtype=np.float32))
+    assert as_rows == as_array
+    if engine == "fixture":
+        from fakeshard import FakeShardEngine, ShardSpec
+
+        make = lambda: FakeShardEngine(ShardSpec("m", 3, 1, 2, hidden_size=4))  # noqa: E731
+    else:
+        real = pytest.importorskip("fakeshard.real", reason="the real engine needs the extra 'real'")
+        spec = real.tiny_engine(__import__("fakeshard").ShardSpec("m", 3, 1, 2, hidden_size=4, vocab_size=32)).spec
+        make = lambda: real.tiny_engine(spec)  # noqa: E731
+    assert make().prefill(as_rows) == make().prefill(as_array)
+
+
+@given(st.lists(st.floats(-1.5, 1.5), min_size=4, max_size=4), st.sampled_from(["fixture", "real"]))
+def test_equal_bundles_are_one_input(values, engine):
+    """An engine answers equal bundles alike: rows of float64 values and the float32 array of them
+    (the same checksum, ``==``) are one input, even where float64 would round the other way."""
+    _answers_alike(values, engine)
+
+
+@pytest.mark.parametrize("engine", ["fixture", "real"])
+def test_a_value_between_two_float32_values_is_read_as_its_float32(engine):
+    # Just below a rounding boundary of the fixture's limbs in float64, on it in float32.
+    below = float(np.nextafter((12345 + 0.5) / 32768 - 1, -1))
+    _answers_alike([below, 0.0, 0.0, 0.0], engine)
