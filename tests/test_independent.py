@@ -54,13 +54,17 @@ def _skip_reasons(output: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_every_contract_check_passes_on_an_independent_engine(tmp_path):
+# The same engine twice: answering hidden values as float32 arrays, and as rows of Python
+# floats (with a real NaN for a ``nan`` break), the two forms the contract allows.
+@pytest.mark.parametrize("factory", [INDEPENDENT, "tests.independent.adapter:make_rows_engine"],
+                         ids=["arrays", "rows"])
+def test_every_contract_check_passes_on_an_independent_engine(tmp_path, factory):
     # ``-m fixture``: every test that runs on an engine factory (its evidence class marks it).
     # Under ci, the machines at dev size with a fixed seed (the same draws every run): every
     # contract test runs whole either way, and a whole ci campaign of all six machines here
     # would take a third of the test command's time.
     derandomized = settings.default.derandomize
-    run = _pytest(tmp_path, "tests", "stateful", "-m", "fixture", "--engine", INDEPENDENT,
+    run = _pytest(tmp_path, "tests", "stateful", "-m", "fixture", "--engine", factory,
                   "--ignore", "tests/test_independent.py", *(["--hypothesis-seed", "0"] if derandomized else []),
                   timeout=1500, profile="dev" if derandomized else "")
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]

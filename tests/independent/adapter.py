@@ -36,8 +36,9 @@ class Adapter:
     evidence_class = "fixture"  # toy arithmetic: not a real model
 
     def __init__(self, spec: fs.ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
-                 clock: Any = None, faults: Optional[fs.FaultPlan] = None) -> None:
+                 clock: Any = None, faults: Optional[fs.FaultPlan] = None, rows: bool = False) -> None:
         self.spec = spec
+        self.rows = rows
         self.clock = clock if clock is not None else fs.VirtualClock()
         self.faults = FaultInjector(faults)
         self.lock = threading.Lock()
@@ -114,7 +115,10 @@ class Adapter:
             result = fs.HiddenBundle.sealed(sid, epoch, bundle.start_pos, self.spec.end_layer,
                                             out.astype(np.float32))
         for kind in due.malformed:
-            result = _break(result, kind, self.spec)
+            result = _break(result, kind, self.spec, nan=math.nan if self.rows else math.inf)
+        if self.rows and isinstance(result, fs.HiddenBundle):
+            # The contract's other form: rows of Python floats (float32's values exactly).
+            result = dataclasses.replace(result, hidden=result.rows())
         if due.drop:
             raise fs.ResponseLost("response lost", **ids)
         return result
@@ -150,8 +154,9 @@ class Adapter:
             raise fs.OutOfMemory(str(e), **ids) from None
 
 
-def _break(out: Any, kind: str, spec: fs.ShardSpec) -> Any:
-    """``out`` broken as ``Malformed(kind)`` asks, this adapter's way."""
+def _break(out: Any, kind: str, spec: fs.ShardSpec, nan: float = math.inf) -> Any:
+    """``out`` broken as ``Malformed(kind)`` asks, this adapter's way (``nan``: the non-finite
+    value the ``nan`` kind puts in the last value)."""
     if isinstance(out, fs.HiddenBundle):
         fields = dict(session_id=out.session_id, epoch=out.epoch, start_pos=out.start_pos,
                       layer=out.layer, hidden=out.array())
@@ -164,7 +169,7 @@ def _break(out: Any, kind: str, spec: fs.ShardSpec) -> Any:
             fields["layer"] = out.layer + 2
         elif kind == "nan":
             h = np.array(out.array())
-            h[-1, -1] = np.inf
+            h[-1, -1] = nan
             fields["hidden"] = h
         elif kind == "session":
             fields["session_id"] = "not-" + out.session_id
@@ -185,3 +190,10 @@ def _break(out: Any, kind: str, spec: fs.ShardSpec) -> Any:
 def make_engine(spec: fs.ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
                 clock: Any = None, faults: Optional[fs.FaultPlan] = None) -> Adapter:
     return Adapter(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
+
+
+def make_rows_engine(spec: fs.ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
+                     clock: Any = None, faults: Optional[fs.FaultPlan] = None) -> Adapter:
+    """The same engine answering hidden values as rows of Python floats, as the contract
+    allows, and breaking a ``nan`` output with a real NaN: the suites must not care which."""
+    return Adapter(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults, rows=True)
