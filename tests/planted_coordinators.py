@@ -158,6 +158,20 @@ class BacksOffWithoutCap(Coordinator):
         return super().next_token(session_id)
 
 
+class CleansUpOnEveryStep(Coordinator):
+    """Cancels the session on every spare before each token, failure or not, "to be safe"."""
+
+    def next_token(self, session_id: str) -> int:
+        s = self.sessions[session_id]
+        for pool in self.spares:
+            for node in pool:
+                try:
+                    node.cancel(session_id, s.epoch)
+                except ShardError:
+                    pass
+        return super().next_token(session_id)
+
+
 @dataclass(frozen=True)
 class PlantedCoordinator:
     name: str
@@ -189,6 +203,8 @@ PLANTED = (
     PlantedCoordinator("gives_up_early", GivesUpEarly, "GaveUp within the budget (two tries)"),
     PlantedCoordinator("backs_off_without_cap", BacksOffWithoutCap,
                        "back-off beyond the time budget (2**n s, no cap)"),
+    PlantedCoordinator("cleans_up_on_every_step", CleansUpOnEveryStep,
+                       "cleanup calls on every step, with no failure to clean up after"),
 )
 
 

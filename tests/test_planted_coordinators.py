@@ -1,4 +1,5 @@
-"""Testing the tester: every planted coordinator is caught by the coordinator machine.
+"""Testing the tester: every planted coordinator is caught by the coordinator machine, and
+every sound variant of the reference passes it.
 
 Each runs under the ``ci`` profile's settings without Hypothesis's shrink phase
 (the machine's own step reduction still runs), as the planted engines do.  The
@@ -12,12 +13,14 @@ import re
 
 import pytest
 
-from fakeshard import FakeShardEngine
-from fakeshard.testing.coordinating import CoordinatorMachine, load_coordinator
+from fakeshard import FakeShardEngine, FaultPlan, FaultRule, MemoryPressure
+from fakeshard.testing.coordinating import CoordinatorMachine, CoordinatorRunner, call_budget, load_coordinator
 from fakeshard.testing.machines import MachineConfig
 from fakeshard.testing.regress import replay, run_machine
 from fakeshard.testing.trace import Trace
+from fakeshard.testing.runner import Divergence
 from tests.planted_coordinators import PLANTED
+from tests.sound_coordinators import SOUND
 from tests.test_planted import CI_NO_SHRINK, MAX_STEPS
 
 ENGINE = "fakeshard:FakeShardEngine"
@@ -46,6 +49,45 @@ def test_planted_coordinator_is_caught(planted, tmp_path):
     trace.config["coordinator"] = REFERENCE
     fixed = replay(trace, FakeShardEngine, ENGINE)
     assert not fixed.failed, f"{planted.name}'s trace fails with the reference coordinator too: {fixed.message}"
+
+
+@pytest.mark.parametrize("name", SOUND)
+def test_a_sound_coordinator_passes(name, tmp_path):
+    """No false alarm: coordinators that clean up after failures (cancel on the route at the
+    failed epoch, a fence at a new epoch on a node that answered OutOfMemory, a release on the
+    node a crash makes them leave) or release on every engine pass under ``ci``."""
+    config = _config(f"tests.sound_coordinators:{name}")
+    run_machine(CoordinatorMachine, config, settings=CI_NO_SHRINK, save_dir=tmp_path)
+    assert config.runs > 0 and config.steps > 0 and not config.saved
+
+
+def _cleanup_runner(name: str) -> CoordinatorRunner:
+    # A node that answers OutOfMemory on its first decode, everything else fault-free.
+    plans = [FaultPlan(()) for _ in range(6)]
+    plans[4] = FaultPlan((FaultRule(MemoryPressure(), op="decode"),))
+    return CoordinatorRunner(FakeShardEngine, factory_name=ENGINE, coordinator=name, seed=0, plans=plans,
+                             coordinator_factory=load_coordinator(name))
+
+
+def test_the_budget_counts_cleanup_apart_and_says_why():
+    # The issue's case: an OutOfMemory, a cancel there at a new epoch, a replay above it.
+    runner = _cleanup_runner("tests.sound_coordinators:fences_out_of_memory_at_a_new_epoch")
+    for step in ({"op": "start", "session_id": "p", "prompt": [1, 2]}, {"op": "next", "session_id": "p"},
+                 {"op": "next", "session_id": "p"}):
+        runner.run(step)
+    assert runner.trace.actual[-1] == {"outcome": "ok", "token": runner.sessions["p"].tokens[-1], "calls": 7,
+                                       "faults": 1}
+    assert call_budget("next", 1) == 6 and call_budget("next", 1, "cleanup") == 6
+    assert call_budget("next", 0, "cleanup") == 0 and call_budget("release", 0, "cleanup") == 6
+    assert call_budget("release", 0) == 0 and call_budget("start", 0, "cleanup") == 6
+    assert call_budget("next", 2, "compute", own=False) == 6 and call_budget("next", 0, "cleanup", own=False) == 0
+    # Cleanup on a step with no failure is over the budget, and the message says which and why.
+    runner = _cleanup_runner("tests.planted_coordinators:cleans_up_on_every_step")
+    runner.run({"op": "start", "session_id": "p", "prompt": [1, 2]})
+    with pytest.raises(Divergence, match=r"3 cleanup calls \(cancel, release\) for the step's session 'p' in one "
+                                         r"step with 0 failing by a fault; the budget is 0: a call on each engine "
+                                         r"\(N = 6\) for each failing call, none without one: node 1 cancel"):
+        runner.run({"op": "next", "session_id": "p"})
 
 
 def test_the_planted_mistakes_are_distinct():

@@ -19,17 +19,30 @@ coordinator relies on:
 * no node sees a call for a session after its release (until the id is started again);
 * the step kept to the budget below; ``GaveUp`` only beyond it.
 
-The budget, per step, with ``S`` stages and ``F`` the calls of that step that
-failed by something outside the coordinator (answered ``EngineCrashed``,
-``ResponseLost`` or ``OutOfMemory``, or with an output that breaks the contract):
+The budget, per step, with ``S`` stages, ``N`` engines and ``F`` the calls of that step
+that failed by something outside the coordinator (answered ``EngineCrashed``,
+``ResponseLost`` or ``OutOfMemory``, or with an output that breaks the contract).  It
+counts compute calls (``prefill``, ``decode``) apart from cleanup calls (``cancel``,
+``release``), and the step's own session apart from the others:
 
-* engine calls (``prefill``, ``decode``, ``cancel``, ``release``): for ``start`` and
-  ``next_token``, at most ``S * (1 + F)``, one pass over the route for each failing call
-  and one that succeeds (what re-route-and-replay costs: a replay at a new epoch needs no
-  release first, since a prefill at a newer epoch drops the older cache); for ``release``,
-  at most ``N * (1 + F)`` with ``N`` the engines it was given (it may release everywhere);
+* compute for the step's session: at most ``S * (1 + F)`` for ``start`` and
+  ``next_token``, one pass over the route for each failing call and one that succeeds
+  (what re-route-and-replay costs: a replay at a new epoch needs no release first, since
+  a prefill at a newer epoch drops the older cache); ``S * F`` for ``release``, which
+  needs none;
+* cleanup for the step's session: at most ``N * F`` for ``next_token``, one call on each
+  engine for each failing call (a coordinator may free what a failure left, on the node
+  that failed, on the route it leaves, anywhere); ``N * (1 + F)`` for ``start`` and
+  ``release``, which may clear or release the id on every engine;
+* any other session: only after a failure, which may move its route too: at most
+  ``S * F`` compute (a replay over the route for each failing call) and ``N * F``
+  cleanup;
 * the coordinator's own virtual time (the clock's advance outside engine calls) <= ``F`` seconds;
 * :class:`~fakeshard.testing.coordinator.GaveUp` only when ``F > GIVE_UP_AFTER``.
+
+A step without a failure thus makes one pass over the route and nothing else (a
+``release``: a release on every engine): what catches a coordinator that retries without
+a failure to answer, or cleans up on every step.
 """
 
 from __future__ import annotations
@@ -93,14 +106,29 @@ GIVE_UP_AFTER = 8
 BUDGET_SECONDS_PER_FAULT = 1.0
 #: Outcomes of an engine call that a coordinator cannot prevent: they count in ``F``.
 FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output"})
-#: Engine calls that count against the budget (inspection and restart do not).
-CALLS = ("prefill", "decode", "cancel", "release")
+#: Engine calls that count against the budget (inspection and restart do not), by kind.
+COMPUTE, CLEANUP = ("prefill", "decode"), ("cancel", "release")
+CALLS = COMPUTE + CLEANUP
 
 
-def call_budget(op: str, faults: int) -> int:
-    """The most engine calls step ``op`` may make, with ``faults`` of them failing by a fault."""
-    width = len(RANGES) * PER_STAGE if op == "release" else len(RANGES)
-    return width * (1 + faults)
+def call_budget(op: str, faults: int, kind: str = "compute", own: bool = True) -> int:
+    """The most ``kind`` calls (``"compute"`` or ``"cleanup"``) step ``op`` may make for one
+    session (the step's ``own``, or another), with ``faults`` calls failing by a fault."""
+    return _budget(op, faults, kind, own)[0]
+
+
+def _budget(op: str, faults: int, kind: str, own: bool) -> tuple[int, str]:
+    """:func:`call_budget` with its reason, in words."""
+    stages, engines = len(RANGES), len(RANGES) * PER_STAGE
+    if kind == "compute":
+        base = int(own and op != "release")
+        why = ("one pass over the route (S = {s}) for each failing call and one that succeeds" if base else
+               "a replay over the route (S = {s}) for each failing call, none without one")
+        return stages * (base + faults), why.format(s=stages)
+    base = int(own and op != "next")
+    why = ("a call on every engine (N = {n}) for the id, and one more on each for each failing call" if base else
+           "a call on each engine (N = {n}) for each failing call, none without one")
+    return engines * (base + faults), why.format(n=engines)
 
 
 class CoordinatorError(Exception):
@@ -349,10 +377,19 @@ class CoordinatorRunner:
 
     def budget_problem(self, elapsed: float) -> Optional[str]:
         log = self.log
-        allowed = call_budget(self.trace.steps[-1]["op"], log.faults)
-        if log.calls > allowed:
-            return (f"{log.calls} engine calls in one step with {log.faults} failing by a fault; the budget "
-                    f"is {allowed}: {_calls(log.current)}")
+        step = self.trace.steps[-1]
+        counts: dict[tuple[Any, str], int] = {}
+        for _, op, sid, _, _ in log.current:
+            key = (sid if isinstance(sid, str) else repr(sid), "compute" if op in COMPUTE else "cleanup")
+            counts[key] = counts.get(key, 0) + 1
+        for (sid, kind), n in counts.items():
+            own = sid == step.get("session_id")
+            allowed, why = _budget(step["op"], log.faults, kind, own)
+            if n > allowed:
+                whose = "the step's session" if own else "another session"
+                return (f"{n} {kind} calls ({', '.join(COMPUTE if kind == 'compute' else CLEANUP)}) for "
+                        f"{whose} {sid!r} in one step with {log.faults} failing by a fault; the budget is "
+                        f"{allowed}: {why}: {_calls(log.current)}")
         own = elapsed - log.node_seconds
         if own > BUDGET_SECONDS_PER_FAULT * log.faults + 1e-9:
             return (f"the coordinator spent {own:g} s of virtual time of its own in one step with "
