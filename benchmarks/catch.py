@@ -23,15 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fakeshard.testing import profiles  # noqa: E402,F401  (the kit's ci profile)
-
 from fakeshard import FakeShardEngine  # noqa: E402
+from fakeshard.testing import profiles  # noqa: E402,F401  (the kit's ci profile)
+from fakeshard.testing.coordinating import CoordinatorMachine  # noqa: E402
+from fakeshard.testing.coordinating import reference as reference_coordinator  # noqa: E402
 from fakeshard.testing.machines import MachineConfig  # noqa: E402
 from fakeshard.testing.parallel import NotLinearizable, run_parallel  # noqa: E402
 from fakeshard.testing.regress import run_machine  # noqa: E402
 from tests import racy  # noqa: E402
-from fakeshard.testing.coordinating import CoordinatorMachine  # noqa: E402
-from fakeshard.testing.coordinating import reference as reference_coordinator  # noqa: E402
 from tests.planted import BUGS  # noqa: E402
 from tests.planted_coordinators import PLANTED  # noqa: E402
 
@@ -77,7 +76,8 @@ def main(pattern: str = "") -> None:
     for name, machine, factory in cases:
         seconds, caught, runs = time_machine(machine, factory, name)
         times.append(seconds)
-        print(f"{name.rpartition(':')[2]:<30} {machine:<11} {runs:>5} {seconds:>8.2f}  {'caught' if caught else 'MISSED'}")
+        verdict = "caught" if caught else "MISSED"
+        print(f"{name.rpartition(':')[2]:<30} {machine:<11} {runs:>5} {seconds:>8.2f}  {verdict}")
     if times:
         print(f"median {statistics.median(times):.2f} s, slowest {max(times):.2f} s "
               f"(goal: median <= 10 s, every one <= 60 s)")

@@ -62,11 +62,11 @@ def position_ratio(steps: int, repeats: int) -> tuple[float, float]:
     late = FakeShardEngine(spec)
     late.prefill(TokenBundle("s", 0, 0, tuple(i % 256 for i in range(100_000))))
     # Interleave batches so machine noise hits both alike.
-    e, l = [], []
+    at_10, at_100k = [], []
     for r in range(repeats):
-        e.append(_median_decode_us(early, "s", 10 + r * steps, steps, 1))
-        l.append(_median_decode_us(late, "s", 100_000 + r * steps, steps, 1))
-    return statistics.median(e), statistics.median(l)
+        at_10.append(_median_decode_us(early, "s", 10 + r * steps, steps, 1))
+        at_100k.append(_median_decode_us(late, "s", 100_000 + r * steps, steps, 1))
+    return statistics.median(at_10), statistics.median(at_100k)
 
 
 _RSS_CHILD = """

@@ -98,9 +98,8 @@ def main() -> None:
         whole, split = by[(label, "whole (baseline)")], by[(label, "split by session")]
         print(f"  {label}: split/whole time {sum_ratio(split, whole):.2f}x")
     print("programs until each planted racy engine is caught (ci sizes: 250 programs x 4 runs), 3 trials:")
-    from fakeshard.testing import profiles
-    from hypothesis import settings
 
+    from fakeshard.testing import profiles
     from fakeshard.testing.machines import MachineConfig
     from fakeshard.testing.parallel import NotLinearizable, run_parallel
 

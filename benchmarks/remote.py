@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"loopback, nodes in a separate `fakeshard serve`; python {platform.python_version()} on "
           f"{platform.machine()}, {os.cpu_count()} cores")
     print(f"  echo round trip (same stack)            {echo_us:9.1f} us")
-    print(f"  decode round trip (RemoteShardEngine)   {decode_us:9.1f} us   {decode_us / echo_us:5.2f}x echo (goal <= 1.3)")
+    print(f"  decode round trip (RemoteShardEngine)   {decode_us:9.1f} us   "
+          f"{decode_us / echo_us:5.2f}x echo (goal <= 1.3)")
     print(f"  prefill 512 x 4096, 3 stages in process {local_ms:9.1f} ms")
     print(f"  prefill 512 x 4096, 3 served nodes      {served_ms:9.1f} ms   {served_ms / local_ms:5.2f}x (goal <= 3)")
     print(f"  decode steps/s, {args.clients} concurrent clients   {steps_per_s:9.0f}")

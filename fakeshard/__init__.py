@@ -30,7 +30,6 @@ from fakeshard.errors import (
     ShardError,
     StaleEpoch,
 )
-from fakeshard.feeder import Feeder
 from fakeshard.faults import (
     Crash,
     Delay,
@@ -40,6 +39,7 @@ from fakeshard.faults import (
     Malformed,
     MemoryPressure,
 )
+from fakeshard.feeder import Feeder
 from fakeshard.pipeline import Pipeline
 from fakeshard.protocol import ShardEngine
 

@@ -3,7 +3,8 @@
 The campaign runs ``pytest`` on the kit's campaign module,
 ``fakeshard/testing/suite.py`` (the machines and, for a full ``ci`` campaign,
 the probe check), in a subprocess under coverage.py with branch coverage of
-the installed ``fakeshard`` package (the kit itself left out); ``--workers N`` spreads it with pytest-xdist, and coverage
+the installed ``fakeshard`` package (the kit itself left out); ``--workers N`` spreads it with pytest-xdist, and
+coverage
 follows the workers (``patch = subprocess``) and is combined afterwards.
 Each machine run writes its progress and summary under the output folder;
 this module shows a progress bar while it runs and a table when it ends.
@@ -50,7 +51,8 @@ PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
 #: tests (the tester, not what it tests), the command line and the demo.
-COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/strategies.py", "*/fakeshard/cli.py", "*/fakeshard/demo.py", "*/fakeshard/__main__.py",
+COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/strategies.py", "*/fakeshard/cli.py", "*/fakeshard/demo.py",
+                 "*/fakeshard/__main__.py",
                  "*/fakeshard/check.py", "*/fakeshard/evidence.py", "*/fakeshard/mutate.py", "*/fakeshard/schema.py",
                  "*/fakeshard/topology.py")
 #: The network transport: measured only when the engine under test is a served node.
@@ -226,7 +228,7 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
 
 
 def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any]:
-    totals = {"runs": 0, "steps": 0, "failures": 0}
+    totals: dict[str, float] = {"runs": 0, "steps": 0, "failures": 0}
     for path in (out / "campaign").glob("*.progress.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

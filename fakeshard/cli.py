@@ -108,7 +108,8 @@ def _check_options(args: argparse.Namespace) -> "object":
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,
-        out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"), min_branch_coverage=args.min_branch_coverage, certify=args.certify,
+        out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"),
+        min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
     )
 

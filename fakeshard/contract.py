@@ -13,7 +13,7 @@ import itertools
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import xxhash
@@ -376,7 +376,7 @@ def hidden_checksum(
             values = np.ascontiguousarray(values, dtype=_F32_LE)
     digest = xxhash.xxh3_64(header.encode("utf-8", "surrogatepass"))
     if values.size:
-        digest.update(memoryview(values).cast("B"))
+        digest.update(values.data.cast("B"))
     return digest.hexdigest()
 
 
@@ -393,10 +393,10 @@ def _fail(bundle: object, message: str) -> MalformedBundle:
     )
 
 
-def _check_index(bundle: object, name: str, value: object, low: int) -> None:
+def _check_index(bundle: object, name: str, value: Any, low: int) -> None:
     if type(value) is not int:
         raise _fail(bundle, f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:  # type: ignore[operator]
+    if value < low:
         raise _fail(bundle, f"{name} must be >= {low}, got {value}")
 
 

@@ -244,7 +244,7 @@ class SessionEngine:
                 **_ids(getattr(bundle, "session_id", None), getattr(bundle, "epoch", None)),
             )
         validate(bundle, self.spec)
-        if self._input_type is HiddenBundle:
+        if isinstance(bundle, HiddenBundle):
             if bundle.layer != self.spec.start_layer:
                 raise MalformedBundle(
                     f"{op}: HiddenBundle for layer {bundle.layer}, but this engine starts "
@@ -262,7 +262,7 @@ class SessionEngine:
         return inputs
 
     def _compute(self, op: str, bundle: Any) -> Any:
-        session_id = getattr(bundle, "session_id", None)
+        session_id: Any = getattr(bundle, "session_id", None)
         drawn = self._enter(op, session_id, getattr(bundle, "epoch", None))
         inputs = self._check_input(op, bundle)
         epoch, start, n = bundle.epoch, bundle.start_pos, len(inputs)

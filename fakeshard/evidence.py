@@ -18,7 +18,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from fakeshard.check import CheckOptions, CheckResult, run_check, work_dir
 
@@ -78,7 +78,7 @@ def _environment(commit: str, dirty: bool, packages: tuple[str, ...]) -> list[st
     ] + [(name, _version(name)) for name in packages]), ""]
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -236,7 +236,8 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         _table(("run", "result"), [
             ("state-machine campaign (pytest exit code)", f"{result.returncode} "
              f"({'passed' if not result.failed else 'FAILED'})"),
-            ("contract suite `tests/` on the same engine", suite_line if suite_rc == NOT_RUN else f"{suite_rc}: `{suite_line}`"),
+            ("contract suite `tests/` on the same engine",
+             suite_line if suite_rc == NOT_RUN else f"{suite_rc}: `{suite_line}`"),
             ("probes reached", f"{len(set(result.probes) & REQUIRED)}/{len(REQUIRED)}"
              + (f" (unreached: {', '.join(result.missing_probes)})" if result.missing_probes else "")),
             ("branch coverage of `fakeshard/` from the machines alone",

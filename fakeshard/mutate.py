@@ -486,7 +486,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     explained = {n: explain(n, run.diffs[n], reasons) for n in survivors}
     classes = {n: kind for n, (kind, _) in explained.items()}
     by_class = {m: Counter() for m in by_module} | classes_by_module(classes)
-    all_classes = sum(by_class.values(), Counter())
+    all_classes: Counter[str] = sum(by_class.values(), Counter())
     seen_met = run.returncode == 0 and not overall["not checked"] \
         and contract_score(overall, all_classes) >= GOAL_OVERALL \
         and all(contract_score(c, by_class[m]) >= GOAL_MODULE for m, c in by_module.items())

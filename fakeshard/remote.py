@@ -175,16 +175,17 @@ class RemoteShardEngine:
 
     def _send(self, method: str, path: str, *, session_id: Any = None, epoch: Any = None,
               **kwargs: Any) -> httpx.Response:
-        ids = {"session_id": session_id if isinstance(session_id, str) else None,
-               "epoch": epoch if type(epoch) is int else None}
+        sid = session_id if isinstance(session_id, str) else None
+        ep = epoch if type(epoch) is int else None
         try:
             response = self._client.request(method, self.url + path, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise EngineCrashed(f"{method} {self.url}{path}: no connection ({exc}); nothing was applied",
-                                **ids) from None
+                                session_id=sid, epoch=ep) from None
         except httpx.TransportError as exc:
             raise ResponseLost(f"{method} {self.url}{path}: {type(exc).__name__} after the request was "
-                               f"sent ({exc}); it may or may not have been applied", **ids) from None
+                               f"sent ({exc}); it may or may not have been applied", session_id=sid,
+                               epoch=ep) from None
         if self.clock is not None:
             delay = response.headers.get(_DELAY_HEADER)
             try:

@@ -28,7 +28,17 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle
-from fakeshard.faults import MALFORMED_KINDS, OPS, Crash, Delay, DropResponse, FaultPlan, FaultRule, Malformed, MemoryPressure
+from fakeshard.faults import (
+    MALFORMED_KINDS,
+    OPS,
+    Crash,
+    Delay,
+    DropResponse,
+    FaultPlan,
+    FaultRule,
+    Malformed,
+    MemoryPressure,
+)
 
 __all__ = [
     "BAD_INPUT_KINDS",
@@ -163,7 +173,8 @@ def fault_rules(session: st.SearchStrategy[Optional[str]] = st.none()) -> st.Sea
                      probability=st.sampled_from([1.0, 0.5, 0.25]))
 
 
-def fault_plans(max_rules: int = 3, session: st.SearchStrategy[Optional[str]] = st.none()) -> st.SearchStrategy[FaultPlan]:
+def fault_plans(max_rules: int = 3,
+                session: st.SearchStrategy[Optional[str]] = st.none()) -> st.SearchStrategy[FaultPlan]:
     """A seeded plan of up to ``max_rules`` rules."""
     return st.builds(FaultPlan, st.lists(fault_rules(session), max_size=max_rules).map(tuple),
                      st.integers(0, 2**32))

@@ -148,11 +148,11 @@ class Topology:
         topology = cls(model_id, _int(model, "n_layers", "model", 1), _int(model, "hidden_size", "model", 4, 8),
                        _int(model, "vocab_size", "model", 2, 256), tuple(nodes), seed, engine,
                        _int(top, "control_port", "topology", 0, 0))
-        for i, node in enumerate(nodes):
+        for i, config in enumerate(topology.nodes):
             try:
-                topology.spec_of(node)
+                topology.spec_of(config)
             except ValueError as exc:
-                raise TopologyError(f"nodes[{i}] ({node.name}): {exc}") from None
+                raise TopologyError(f"nodes[{i}] ({config.name}): {exc}") from None
         return topology
 
     def to_dict(self) -> dict[str, Any]:

@@ -83,7 +83,7 @@ _MAX_HEADER_BYTES = 1024 * 1024
 JSON_CONTENT_TYPE = "application/json"
 FRAME_CONTENT_TYPE = "application/vnd.fakeshard.frame"
 #: Binary encodings of hidden values: wire name -> little-endian numpy dtype.
-HIDDEN_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+HIDDEN_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 _HIDDEN_FORMS = ("floats", "base64")
 
 _KINDS: dict[str, type] = {
@@ -99,7 +99,13 @@ _FAULTS: dict[str, type] = {cls.type_name: cls for cls in FAULT_TYPES}  # type: 
 
 def fault_to_dict(fault: Any) -> dict[str, Any]:
     """One fault record as its JSON object (``{"type": ..., <fields>}``), as inside a rule."""
-    return {"type": fault.type_name, **DataClassJsonMixin.to_dict(fault)}
+    return {"type": fault.type_name, **_record_dict(fault)}
+
+
+def _record_dict(record: Any) -> dict[str, Any]:
+    """A fault record's or a rule's fields as JSON values, by dataclasses-json."""
+    # dataclasses-json's to_dict reads any dataclass; only its annotation asks for its mixin.
+    return DataClassJsonMixin.to_dict(record)
 
 
 def fault_from_dict(data: Any) -> Any:
@@ -192,7 +198,7 @@ def _binary_values(bundle: HiddenBundle, dtype: str) -> tuple[np.ndarray, str]:
 
 
 def _rule_to_dict(rule: FaultRule) -> dict[str, Any]:
-    out = DataClassJsonMixin.to_dict(rule)
+    out = _record_dict(rule)
     out["fault"] = fault_to_dict(rule.fault)
     return out
 
@@ -214,7 +220,7 @@ def dumps(obj: Any, *, hidden: str = "floats", dtype: str = "float32") -> str:
     if hidden == "base64" and isinstance(obj, HiddenBundle):
         values, checksum = _binary_values(obj, dtype)
         encoded = {"dtype": dtype, "shape": list(values.shape),
-                   "base64": binascii.b2a_base64(memoryview(values).cast("B"), newline=False).decode("ascii")}
+                   "base64": binascii.b2a_base64(values.data.cast("B"), newline=False).decode("ascii")}
         return json.dumps({**_to_dict(obj, encoded), "checksum": checksum})
     return json.dumps(_to_dict(obj))
 
@@ -232,7 +238,7 @@ def dumpb(obj: Any, *, dtype: str = "float32") -> bytes:
     if isinstance(obj, HiddenBundle):
         values, checksum = _binary_values(obj, dtype)
         header = {**_to_dict(obj, {"dtype": dtype, "shape": list(values.shape)}), "checksum": checksum}
-        payload = memoryview(values).cast("B")
+        payload = values.data.cast("B")
     else:
         header = _to_dict(obj)
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -311,7 +317,7 @@ def _check(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise _Bad(f"{path} must be an array, got {_json_type(value)}")
         return tuple(_check(item, item_type, f"{path}[{i}]") for i, item in enumerate(value))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _object(value, tp, path, skip=())
     raise _Bad(f"{path}: no wire reading for {tp!r}")  # pragma: no cover - a type we forgot
 
@@ -512,7 +518,7 @@ def _from_json(text: str, payload: Optional[memoryview]) -> Any:
     body = {k: v for k, v in data.items() if k != "kind"}
     if cls in (FaultPlan, FaultRule):
         body.pop("contract")
-    return _object(body, cls, kind, skip=(), payload=payload if cls is HiddenBundle else None)
+    return _object(body, cls, str(kind), skip=(), payload=payload if cls is HiddenBundle else None)
 
 
 def _validated(obj: Any) -> Any:

@@ -130,9 +130,8 @@ def test_check_shares_the_database_and_refuses_what_cannot_work(redis_url, tmp_p
 
 
 def test_the_environment_variable_reaches_the_machines_settings(redis_url, monkeypatch):
-    from fakeshard.testing.campaign import machine_settings
-
     from fakeshard.testing import profiles
+    from fakeshard.testing.campaign import machine_settings
 
     monkeypatch.setenv(database.ENV_VAR, redis_url)
     try:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import numpy as np
+import pytest
 
 from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
 from fakeshard.testing.failover import N_NODES, FailoverRunner
@@ -564,7 +563,8 @@ def test_a_pipeline_labelled_real_model_with_a_fixture_stage_is_caught(monkeypat
 
 def test_a_generate_that_gives_one_token_too_many_is_caught(monkeypatch):
     generate = Pipeline.generate
-    monkeypatch.setattr(Pipeline, "generate", lambda self, sid, prompt, n, epoch=0: generate(self, sid, prompt, n + 1, epoch))
+    monkeypatch.setattr(Pipeline, "generate",
+                        lambda self, sid, prompt, n, epoch=0: generate(self, sid, prompt, n + 1, epoch))
     with pytest.raises(AssertionError):
         _surface().pipeline_answers(kind="checksum")
 
@@ -581,7 +581,8 @@ def test_the_pipeline_rule_passes_the_pipeline_as_it_is():
 
 def test_a_generate_that_runs_at_epoch_1_by_default_is_caught(monkeypatch):
     generate = Pipeline.generate
-    monkeypatch.setattr(Pipeline, "generate", lambda self, sid, prompt, n, epoch=1: generate(self, sid, prompt, n, epoch))
+    monkeypatch.setattr(Pipeline, "generate",
+                        lambda self, sid, prompt, n, epoch=1: generate(self, sid, prompt, n, epoch))
     from fakeshard import StaleEpoch
 
     with pytest.raises(StaleEpoch):  # the decode at epoch 0 that follows is refused
@@ -971,7 +972,8 @@ def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatc
     from fakeshard import wire
     from fakeshard.errors import ERROR_CODES
 
-    error = ERROR_CODES[code]("m", session_id="s", epoch=0, **({"expected": 0, "got": 1} if code == "cache_miss" else {}))
+    positions = {"expected": 0, "got": 1} if code == "cache_miss" else {}
+    error = ERROR_CODES[code]("m", session_id="s", epoch=0, **positions)
     _reader_edges_of(error)
     read = wire._error
     own = set(json.loads(wire.dumps(error)))  # the keys this error's code has

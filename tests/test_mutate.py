@@ -11,10 +11,24 @@ import pytest
 pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml with tomllib (Python 3.11+)")
 
 from fakeshard.cli import main  # noqa: E402
-from fakeshard.mutate import (RUN_RECORD, TESTS_ENV, MutateError, MutateOptions, MutationRun,  # noqa: E402
-                              class_of, contract_score, keeps, module_of, modules, only_words, reason_for,
-                              shown_reason,
-                              run_mutate, score, write_report)
+from fakeshard.mutate import (  # noqa: E402
+    RUN_RECORD,
+    TESTS_ENV,
+    MutateError,
+    MutateOptions,
+    MutationRun,
+    class_of,
+    contract_score,
+    keeps,
+    module_of,
+    modules,
+    only_words,
+    reason_for,
+    run_mutate,
+    score,
+    shown_reason,
+    write_report,
+)
 
 ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
 
@@ -57,9 +71,9 @@ def _diff(removed: str, added: str, before: str = "    def f():") -> str:
 
 
 @pytest.mark.parametrize("removed, added", [
-    ('        raise _Bad(f"{path} must be a number, got {kind}")', '        raise _Bad(f"XX{path} must be a number, got {kind}XX")'),
+    ('        raise _Bad(f"{path} must be a number, got {kind}")', '        raise _Bad(f"XX{path} must be a number, got {kind}XX")'),  # noqa: E501 (a line and its mutant, as mutmut writes them)
     ('        raise _fail(bundle, f"hidden[{i}] is {x}")', '        raise _fail(bundle, None)'),
-    ('        raise ValueError("ShardSpec needs 0 <= start")', '        raise ValueError("SHARDSPEC NEEDS 0 <= START")'),
+    ('        raise ValueError("ShardSpec needs 0 <= start")', '        raise ValueError("SHARDSPEC NEEDS 0 <= START")'),  # noqa: E501 (a line and its mutant, as mutmut writes them)
     ('            "ShardSpec needs 0 <= start_layer, got "', '            "SHARDSPEC NEEDS 0 <= START_LAYER, GOT "'),
     ('                f"row {i} has {n} values",', '                None,'),
 ])
@@ -92,8 +106,8 @@ def test_a_message_argument_on_its_own_line_finds_the_call_that_opens_it():
     ('    return {"type": fault.type_name}', '    return {"TYPE": fault.type_name}'),
     ('        raise _fail(bundle, f"bad {x}")', '        raise _fail(None, f"bad {x}")'),  # the ids it keeps
     ('        raise _fail(bundle, f"bad {x}")', '        raise _fail(f"bad {x}")'),
-    ('        raise StaleEpoch(f"epoch {e}", session_id="s")', '        raise StaleEpoch(f"epoch {e}", session_id="XXsXX")'),
-    ('        if len(text) > limit: raise _Bad(f"over {limit}")', '        if len(text) >= limit: raise _Bad(f"over {limit}")'),
+    ('        raise StaleEpoch(f"epoch {e}", session_id="s")', '        raise StaleEpoch(f"epoch {e}", session_id="XXsXX")'),  # noqa: E501 (a line and its mutant, as mutmut writes them)
+    ('        if len(text) > limit: raise _Bad(f"over {limit}")', '        if len(text) >= limit: raise _Bad(f"over {limit}")'),  # noqa: E501 (a line and its mutant, as mutmut writes them)
     ('    head = json.dumps(header, separators=(",", ":"))', '    head = json.dumps(header, separators=None)'),
     ('    x = "fixture"', '    x = "XXfixtureXX"'),
     ('    x = 1', '    x = 1'),

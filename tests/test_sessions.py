@@ -14,11 +14,11 @@ from fakeshard import (
     EngineCrashed,
     FaultPlan,
     FaultRule,
+    HiddenBundle,
     MalformedBundle,
     OutOfMemory,
     PositionMismatch,
     SampleBundle,
-    HiddenBundle,
     SessionCancelled,
     SessionReleased,
     StaleEpoch,
@@ -99,7 +99,8 @@ def test_stale_against_a_tombstone(rig, op):
 def test_closed_session_refuses_compute(rig, closer, op):
     rig.prefill("s", 1, 0, 2)
     getattr(rig.engine, closer)("s", 1)
-    err = raises_untouched(rig, ["s"], CLOSED_ERROR[closer], lambda: compute(rig, op, "s", 1, 0 if op == "prefill" else 2))
+    start = 0 if op == "prefill" else 2
+    err = raises_untouched(rig, ["s"], CLOSED_ERROR[closer], lambda: compute(rig, op, "s", 1, start))
     assert (err.session_id, err.epoch) == ("s", 1)
 
 

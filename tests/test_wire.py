@@ -23,8 +23,8 @@ from fakeshard import (
     SampleBundle,
     TokenBundle,
     validate,
+    wire,
 )
-from fakeshard import wire
 from fakeshard.errors import ERROR_CODES
 from fakeshard.faults import MALFORMED_KINDS, OPS
 from fakeshard.testing.surface import key_twice
@@ -316,7 +316,8 @@ EXACT = [
     ("hidden object keys", _hidden_with(extra=1),
      "hidden_bundle.hidden must have exactly the fields ['base64', 'dtype', 'shape'], "
      "got ['base64', 'dtype', 'extra', 'shape']"),
-    ("dtype list", _hidden_with(dtype=[1]), "hidden_bundle.hidden.dtype must be one of ['float16', 'float32'], got [1]"),
+    ("dtype list", _hidden_with(dtype=[1]),
+     "hidden_bundle.hidden.dtype must be one of ['float16', 'float32'], got [1]"),
     ("shape past 2**31", _hidden_with(shape=[2**31, 0], base64=""),
      "hidden_bundle.hidden.shape must be [rows, columns] of integers >= 0, got [2147483648, 0]"),
     ("shape past 2**32", _hidden_with(shape=[0, 2**32], base64=""),

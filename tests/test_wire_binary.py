@@ -12,8 +12,16 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fakeshard import FakeShardEngine, HiddenBundle, MalformedBundle, SampleBundle, ShardSpec, TokenBundle, validate
-from fakeshard import wire
+from fakeshard import (
+    FakeShardEngine,
+    HiddenBundle,
+    MalformedBundle,
+    SampleBundle,
+    ShardSpec,
+    TokenBundle,
+    validate,
+    wire,
+)
 from fakeshard.contract import hidden_checksum
 
 # docs/contract.md, "The hidden checksum": these pin the algorithm for other languages.

@@ -16,6 +16,7 @@ code, only the computation differs.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Optional, Sequence, Union
 
@@ -75,7 +76,7 @@ class LlamaBackend:
         if role.samples:
             self._out_norm = t("output_norm.weight")
             self._out_t = model.prepared(("output",), lambda: _frozen(t("output.weight").T))
-        self._layers = [model.prepared(("layer", str(i)), lambda i=i: self._layer_weights(i))
+        self._layers = [model.prepared(("layer", str(i)), functools.partial(self._layer_weights, i))
                         for i in range(start_layer, end_layer)]
         hd = s.head_dim
         # Rotary frequencies as llama.cpp's "normal" mode: pairs (2i, 2i+1), base^(-2i/hd).
@@ -135,7 +136,7 @@ class LlamaBackend:
 
     def hidden_in(self, inputs: Sequence[Any]) -> np.ndarray:
         """The residual stream entering the first layer: embeddings or the given rows."""
-        if self._takes_tokens:
+        if self._embed is not None:  # a head or full engine: tokens in
             return self._embed[np.asarray(inputs, dtype=np.intp)]  # indexing copies
         rows = np.asarray(inputs, dtype=np.float64)
         return np.clip(rows, -_F32_MAX, _F32_MAX).astype(np.float32)
@@ -199,6 +200,8 @@ class GGUFShardEngine(SessionEngine):
     """
 
     evidence_class = "real-model"
+    #: The seed of the tiny model it runs, where ``tiny_engine`` built it (``None`` for a file of one's own).
+    seed: Optional[int] = None
 
     def __init__(
         self,

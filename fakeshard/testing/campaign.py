@@ -60,14 +60,16 @@ def machine_settings(examples_cap: Optional[int] = None) -> Settings:
     examples, steps = _int_env("FAKESHARD_MAX_EXAMPLES"), _int_env("FAKESHARD_STEPS")
     if examples is not None:
         overrides["max_examples"] = max(examples, 1)
-    elif examples_cap is not None and Settings.default.max_examples > examples_cap:
+    default = Settings.default
+    assert default is not None  # a profile is always loaded
+    if examples is None and examples_cap is not None and default.max_examples > examples_cap:
         overrides["max_examples"] = examples_cap
     if steps is not None:
         overrides["stateful_step_count"] = max(steps, 1)
-    shared = database.from_environment(Settings.default.derandomize)
+    shared = database.from_environment(default.derandomize)
     if shared is not None:
         overrides["database"] = shared
-    return Settings(Settings.default, **overrides)
+    return Settings(default, **overrides)
 
 
 def traces_dir() -> Path:

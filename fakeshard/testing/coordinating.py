@@ -318,7 +318,7 @@ class CoordinatorRunner:
             self.trace.actual.append({"outcome": "exception", "type": type(exc).__name__, "message": str(exc)})
             self._fail(f"the coordinator raised {type(exc).__name__}: {exc}")
         self.trace.actual.append({**outcome, "calls": self.log.calls, "faults": self.log.faults})
-        sid = step.get("session_id")
+        sid: Any = step.get("session_id")
         self.trace.expected.append({"outcome": "ok", "tokens": self.streams(self.sessions[sid].prompt, len(
             self.sessions[sid].tokens))} if op == "next" else {"outcome": "ok"})
         probes.record([f"coordinator:{op}"] + (["coordinator:faulted_step"] if self.log.faults else []))
@@ -332,7 +332,7 @@ class CoordinatorRunner:
             if not 0 <= step.get("node", -1) < len(self.engines) or not hasattr(self.engines[step["node"]], "crash"):
                 raise InvalidStep(f"crash of node {step.get('node')!r}, which cannot be crashed")
             return
-        sid = step.get("session_id")
+        sid: Any = step.get("session_id")
         is_open = sid in self.open_sessions()
         if op not in ("start", "next", "release") or is_open != (op != "start"):
             raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")

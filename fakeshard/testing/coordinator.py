@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from fakeshard import EngineCrashed, MalformedBundle, Pipeline, ShardError, wire
 
-
 #: How a link encodes bundles: readable JSON, base64 inside JSON, or the binary frame.
 LINK_FORMS = ("json", "base64", "frame")
 

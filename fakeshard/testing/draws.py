@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
 __all__ = ["stable_draws"]
 
 _lock = threading.Lock()
 _depth = 0
-_original = None
+_original: Any = None
 
 
 @contextlib.contextmanager

@@ -101,9 +101,9 @@ def step(state: State, call: Call, capacity: Optional[int],
     if row is not None and epoch < row[0]:
         return state, ("stale_epoch",)
     held = row is not None and row[0] == epoch
-    if held and row[1] != "live":
+    if row is not None and held and row[1] != "live":
         return state, ("cancelled" if row[1] == "cancelled" else "released",)
-    if held:
+    if row is not None and held:
         if start != row[2]:
             return state, ("position_mismatch", row[2], start)
         freed = 0

@@ -25,8 +25,8 @@ from fakeshard import (
     ShardSpec,
 )
 from fakeshard.factory import makes_fixture_choices
+from fakeshard.faults import MALFORMED_KINDS, Fault
 from fakeshard.feeder import Feeder
-from fakeshard.faults import MALFORMED_KINDS
 from fakeshard.testing.runner import BAD_INPUTS, EngineRunner
 from fakeshard.testing.trace import Trace
 
@@ -300,9 +300,10 @@ def _rules(fault: Any, count: Any) -> Any:
 _RULES = {"other": _rules(faults, st.none() | st.integers(1, 3)),
           "crash": _rules(st.just(Crash()), st.integers(1, 2))}
 fault_rules = st.sampled_from(["other", "other", "other", "crash"]).flatmap(_RULES.__getitem__)
-STANDING_HIDDEN = tuple(Malformed(k) for k in ("checksum", "shape", "layer", "nan", "session", "epoch", "position")) \
+STANDING_HIDDEN: tuple[Fault, ...] = tuple(
+    Malformed(k) for k in ("checksum", "shape", "layer", "nan", "session", "epoch", "position")) \
     + (MemoryPressure(), DropResponse())
-STANDING_SAMPLE = tuple(Malformed(k) for k in ("token_range", "session", "epoch", "position")) \
+STANDING_SAMPLE: tuple[Fault, ...] = tuple(Malformed(k) for k in ("token_range", "session", "epoch", "position")) \
     + (MemoryPressure(), DropResponse())
 fault_plans = st.builds(FaultPlan, st.lists(fault_rules, min_size=1, max_size=4).map(tuple),
                         st.integers(0, 2**32))

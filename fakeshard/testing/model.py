@@ -183,12 +183,12 @@ class Model:
             holds.append("stale")
         if op in ("cancel", "release"):
             return tuple(holds)
-        held = s is not None and s.epoch == epoch
-        if held and s.status in ("cancelled", "released"):
-            holds.append(s.status)
-        if not held and (op != "prefill" or start != 0):
+        held = s if s is not None and s.epoch == epoch else None
+        if held is not None and held.status in ("cancelled", "released"):
+            holds.append(held.status)
+        if held is None and (op != "prefill" or start != 0):
             holds.append("nothing_held_miss")
-        if held and s.status == "live" and start != len(s.history):
+        if held is not None and held.status == "live" and start != len(held.history):
             holds.append("position_mismatch")
         pressure = [f for f in fired if type(f).__name__ == "MemoryPressure"]
         if any(f.reserve_tokens is None for f in pressure):
@@ -213,14 +213,14 @@ class Model:
     def _decide_compute(self, op: str, session_id: str, epoch: int, start: int, tokens: list[int],
                         fired: list[Any], names: tuple[str, ...], ids: dict[str, Any]) -> Expected:
         s = self.sessions.get(session_id)
-        held = s is not None and s.epoch == epoch
+        held = s if s is not None and s.epoch == epoch else None
         if s is not None and epoch < s.epoch:
             return Expected("stale_epoch", "stale", ids, fired=names)
-        if held and s.status == "cancelled":
+        if held is not None and held.status == "cancelled":
             return Expected("cancelled", "cancelled", ids, fired=names)
-        if held and s.status == "released":
+        if held is not None and held.status == "released":
             return Expected("released", "released", ids, fired=names)
-        if not held:
+        if held is None:
             if op != "prefill" or start != 0:
                 return Expected("cache_miss", "nothing_held_miss", {**ids, "expected": 0, "got": start},
                                 fired=names)
@@ -228,10 +228,10 @@ class Model:
             freed = len(s.history) if s is not None else 0
             cached: list[int] = []
         else:
-            if start != len(s.history):
+            if start != len(held.history):
                 return Expected("position_mismatch", "position_mismatch",
-                                {**ids, "expected": len(s.history), "got": start}, fired=names)
-            row, freed, cached = "append", 0, s.history
+                                {**ids, "expected": len(held.history), "got": start}, fired=names)
+            row, freed, cached = "append", 0, held.history
         if "MemoryPressure" in names:
             if any(f.reserve_tokens is None for f in fired if type(f).__name__ == "MemoryPressure"):
                 return Expected("out_of_memory", "pressure", ids, fired=names, allocation=row)

@@ -33,9 +33,11 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from fakeshard import (
+    CacheMiss,
     Crash,
     FaultPlan,
     FaultRule,
+    PositionMismatch,
     ResponseLost,
     SampleBundle,
     ShardError,
@@ -144,8 +146,8 @@ def _outcome(engine: Any, call: tuple) -> Optional[tuple]:
     except ResponseLost:
         return None
     except ShardError as exc:
-        extra = (exc.expected, exc.got) if exc.code in ("cache_miss", "position_mismatch") else ()
-        return (exc.code,) + extra  # type: ignore[attr-defined]
+        extra = (exc.expected, exc.got) if isinstance(exc, (CacheMiss, PositionMismatch)) else ()
+        return (exc.code,) + extra
     except Exception as exc:  # the contract never allows a stray exception; it matches no outcome
         return ("raised", f"{type(exc).__name__}: {exc}")
 
@@ -247,7 +249,7 @@ def find_failure(factory: Callable[..., Any], spec: ShardSpec, program: Program,
 
 def _probes(history: list[Op]) -> list[str]:
     """What a run reached: outcome codes, and whether calls of different branches overlapped."""
-    names = {"code:" + ("response_lost" if op.ambiguous else "ok" if op.outcome[0] in ("ok", "view", "used")
+    names = {"code:" + ("response_lost" if op.outcome is None else "ok" if op.outcome[0] in ("ok", "view", "used")
                         else str(op.outcome[0])) for op in history}
     spans = sorted((op.invoked, op.returned, op.branch) for op in history if op.branch)
     if any(b[0] < a[1] and a[2] != b[2] for a, b in zip(spans, spans[1:])):
@@ -322,6 +324,7 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
     with the timeline.
     """
     settings = settings if settings is not None else Settings.default
+    assert settings is not None  # a profile is always loaded
     sizes = sizes or ParallelConfig.from_settings(settings)
     spec = spec_for(config.hidden_size)
     tokens = Tokens(config.factory, spec)

@@ -147,7 +147,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def engine_factory_name(request: pytest.FixtureRequest, engine_factory: Callable[..., Any]) -> str:
     """The ``module:callable`` name of the factory under test."""
-    for name, factory in request.config.fakeshard_factories.items():
+    # The plugin's own attributes on the config, set by pytest_configure.
+    for name, factory in request.config.fakeshard_factories.items():  # type: ignore[attr-defined]
         if factory is engine_factory:
             return name
     raise LookupError("engine_factory is not one of the named factories")  # pragma: no cover
@@ -194,6 +195,6 @@ def coordinator_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
     from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
 
     try:
-        return load_coordinator(request.config.fakeshard_coordinator_name)
+        return load_coordinator(request.config.fakeshard_coordinator_name)  # type: ignore[attr-defined]  # as above
     except CoordinatorError as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -11,7 +11,7 @@ condition (``CROSSINGS``) that the contract does not make impossible
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 
 from fakeshard.errors import ERROR_CODES
 from fakeshard.faults import MALFORMED_KINDS
@@ -83,6 +83,7 @@ reached: Counter[str] = Counter()
 
 
 def record(names: list[str]) -> None:
+    event: Optional[Callable[..., None]]
     try:
         from hypothesis import event
     except ImportError:  # pragma: no cover - hypothesis is a test dependency

@@ -114,7 +114,8 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
     return final.trace
 
 
-def _fewer_steps(steps: list[dict[str, Any]], still_fails: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+def _fewer_steps(steps: list[dict[str, Any]],
+                 still_fails: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
     """Remove chunks of steps, halving their size down to single steps, until no single step can go."""
     size = max(len(steps) // 2, 1)
     while True:
@@ -191,7 +192,8 @@ def run_machine(
         factory = hypothesis_seed(seed)(factory)
     try:
         with stable_draws():
-            run_state_machine_as_test(factory, settings=settings)
+            # Hypothesis takes any callable that returns a machine; its annotation says a class.
+            run_state_machine_as_test(factory, settings=settings)  # type: ignore[arg-type]
     except BaseException as exc:
         trace = config.last_failure
         if trace is not None:

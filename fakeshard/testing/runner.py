@@ -13,19 +13,19 @@ import array
 import dataclasses
 import json
 import math
+from typing import Any, Callable, Optional
 
 import numpy as np
-from typing import Any, Callable, Optional
 
 from fakeshard import (
     FaultPlan,
-    validate,
     HiddenBundle,
     SampleBundle,
     ShardError,
     ShardSpec,
     TokenBundle,
     VirtualClock,
+    validate,
     wire,
 )
 from fakeshard.factory import makes_fixture_choices
@@ -121,7 +121,8 @@ def same(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, HiddenBundle):
         return (a.session_id, a.epoch, a.start_pos, a.layer, a.checksum, a.contract) == \
-            (b.session_id, b.epoch, b.start_pos, b.layer, b.checksum, b.contract) and _values(a.hidden) == _values(b.hidden)
+            (b.session_id, b.epoch, b.start_pos, b.layer, b.checksum, b.contract) \
+            and _values(a.hidden) == _values(b.hidden)
     if isinstance(a, (SampleBundle, TokenBundle)):
         return dataclasses.astuple(a) == dataclasses.astuple(b)
     return bool(a == b)
@@ -211,8 +212,8 @@ def broken_the_fixture_way(clean: Any, kinds: tuple[str, ...], spec: ShardSpec) 
             epoch += 1
         elif kind == "position":
             start += 1
-    out = HiddenBundle.sealed(sid, epoch, start, layer, np.array(rows, dtype=np.float32))
-    return dataclasses.replace(out, checksum=damaged_checksum(out.checksum)) if "checksum" in kinds else out
+    broken = HiddenBundle.sealed(sid, epoch, start, layer, np.array(rows, dtype=np.float32))
+    return dataclasses.replace(broken, checksum=damaged_checksum(broken.checksum)) if "checksum" in kinds else broken
 
 
 def broken_alike(want: Any, actual: Any, kinds: tuple[str, ...], judge: Judge,
@@ -359,7 +360,8 @@ class EngineRunner:
             self.known.add(sid)
             bad = step.get("bad")
             # A bad close sends an impossible epoch or a session id that is not a string.
-            sent_sid, sent = (7, epoch) if bad == "session" else (sid, -1 if bad else epoch)
+            sent_sid: Any = 7 if bad == "session" else sid
+            sent = epoch if bad == "session" else -1 if bad else epoch
             expected = self.model.close(op, sent_sid, sent, valid=bad is None)
             actual = _call(getattr(self.engine, op), sent_sid, sent)
             n = 0
@@ -368,7 +370,7 @@ class EngineRunner:
             self.known.add(sid)
             bundle = self._bundle(op, sid, epoch, start, tokens, step.get("bad"))
             # Faults are matched against the session the call names, even a malformed one.
-            named = getattr(bundle, "session_id", None)
+            named: Any = getattr(bundle, "session_id", None)
             # An error names the epoch the call sent (a malformed call may send another).
             expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None,
                                           sent_epoch=getattr(bundle, "epoch", None))
@@ -490,7 +492,7 @@ def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
     """``bundle`` broken in the named way (a kind that does not fit its type breaks the contract version)."""
     replace = dataclasses.replace
     sid, epoch, start = bundle.session_id, bundle.epoch, bundle.start_pos
-    identity = {"session_type": {"session_id": 7}, "empty_session": {"session_id": ""},
+    identity: dict[str, dict[str, Any]] = {"session_type": {"session_id": 7}, "empty_session": {"session_id": ""},
                 "epoch_negative": {"epoch": -1}, "epoch_bool": {"epoch": True},
                 "start_negative": {"start_pos": -1}, "contract": {"contract": "0"}}
     if bad in identity:

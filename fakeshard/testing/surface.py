@@ -25,13 +25,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from fakeshard import (
     Crash,
-    HiddenBundle,
-    validate,
     Delay,
     DropResponse,
     EngineCrashed,
     FaultPlan,
     FaultRule,
+    HiddenBundle,
     Malformed,
     MalformedBundle,
     MemoryPressure,
@@ -44,13 +43,14 @@ from fakeshard import (
     StaleEpoch,
     TokenBundle,
     VirtualClock,
+    validate,
     wire,
 )
-from fakeshard.pipeline import answer_problem
 from fakeshard.errors import ERROR_CODES
 from fakeshard.factory import FactoryError, load_factory
 from fakeshard.faults import MALFORMED_KINDS, OPS
 from fakeshard.feeder import Feeder
+from fakeshard.pipeline import answer_problem
 from fakeshard.testing.machines import MachineConfig
 from fakeshard.testing.model import RuleCounters, well_typed
 from fakeshard.testing.runner import damaged_checksum, same
@@ -566,9 +566,12 @@ class SurfaceMachine(RuleBasedStateMachine):
         head = spec.with_layers(0, 1)
         assert answer_problem(head, request, 2, right, last=False, model=spec) is None
         assert answer_problem(spec.with_layers(3, 4), request, 2, SampleBundle("s", 2, 5, 7), last=True) is None
-        wrong = [(head, HiddenBundle.sealed("t", 2, 3, 1, rows), False), (head, HiddenBundle.sealed("s", 1, 3, 1, rows), False),
-                 (head, HiddenBundle.sealed("s", 2, 2, 1, rows), False), (head, HiddenBundle.sealed("s", 2, 3, 1, rows[:1]), False),
-                 (head, HiddenBundle.sealed("s", 2, 3, 2, rows), False), (head, dataclasses.replace(right, checksum=damaged_checksum(right.checksum)), False),
+        damaged = dataclasses.replace(right, checksum=damaged_checksum(right.checksum))
+        wrong = [(head, HiddenBundle.sealed("t", 2, 3, 1, rows), False),
+                 (head, HiddenBundle.sealed("s", 1, 3, 1, rows), False),
+                 (head, HiddenBundle.sealed("s", 2, 2, 1, rows), False),
+                 (head, HiddenBundle.sealed("s", 2, 3, 1, rows[:1]), False),
+                 (head, HiddenBundle.sealed("s", 2, 3, 2, rows), False), (head, damaged, False),
                  (head, HiddenBundle.sealed("s", 2, 3, 1, [r[:4] for r in rows]), False),
                  (head, SampleBundle("s", 2, 5, 7), False), (head, right, True),
                  (spec.with_layers(3, 4), SampleBundle("s", 2, 4, 7), True),

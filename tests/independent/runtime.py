@@ -89,8 +89,8 @@ class ToyRuntime:
                  vocab: int, seed: int = 0, budget: Optional[int] = None) -> None:
         self.first, self.last, self.n_layers = first, last, n_layers
         self.width, self.vocab, self.budget = width, vocab, budget
-        self.a = [_numbers(model_id, seed, f"a{l}", width) for l in range(first, last)]
-        self.b = [_numbers(model_id, seed, f"b{l}", width) for l in range(first, last)]
+        self.a = [_numbers(model_id, seed, f"a{layer}", width) for layer in range(first, last)]
+        self.b = [_numbers(model_id, seed, f"b{layer}", width) for layer in range(first, last)]
         self.table = _numbers(model_id, seed, "embed", vocab * width).reshape(vocab, width) if first == 0 else None
         self.readout = _numbers(model_id, seed, "readout", width) if last == n_layers else None
         self.sessions: dict[str, Session] = {}

@@ -1,9 +1,12 @@
 """The survivors of the report in this folder (its README.md diffs, its results.json counts),
 sorted by fakeshard.mutate.class_of with today's reasons.json, and both scores per module.
 Run from the checkout's root: python3 evidence/DGR-032/mutation/machines/reclassify.py"""
-import collections, json, re
+import collections
+import json
+import re
 from pathlib import Path
-from fakeshard.mutate import class_of, classes_by_module, contract_score, reason_for, score, _load_reasons
+
+from fakeshard.mutate import _load_reasons, class_of, classes_by_module, contract_score, reason_for, score
 
 dest = Path("evidence/DGR-032/mutation/machines")
 # A mutant's section: "### `name` (status...)" then its reason and its diff.
@@ -18,7 +21,9 @@ print("| module | mutants | equivalent | contract-free | gap | score | score of 
 print("|---|---|---|---|---|---|---|")
 total, total_classes = collections.Counter(), collections.Counter()
 for module, counts in sorted(results["modules"].items()):
-    counts = collections.Counter(counts); total += counts; total_classes += classes[module]
+    counts = collections.Counter(counts)
+    total += counts
+    total_classes += classes[module]
     k = classes[module]
     print(f"| `{module}` | {sum(counts.values())} | {k['equivalent']} | {k['contract-free']} | {k['gap']} | "
           f"{score(counts):.1f}% | {contract_score(counts, k):.1f}% |")
