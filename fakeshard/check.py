@@ -51,7 +51,7 @@ PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
 #: tests (the tester, not what it tests), the command line and the demo.
-COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/strategies.py", "*/fakeshard/cli.py", "*/fakeshard/demo.py",
+COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/cli.py", "*/fakeshard/demo.py",
                  "*/fakeshard/__main__.py",
                  "*/fakeshard/check.py", "*/fakeshard/evidence.py", "*/fakeshard/mutate.py", "*/fakeshard/schema.py",
                  "*/fakeshard/topology.py")

@@ -55,3 +55,14 @@ def test_public_face_is_sorted_and_complete():
     assert fakeshard.__all__ == sorted(fakeshard.__all__)
     for name in fakeshard.__all__:
         assert hasattr(fakeshard, name)
+
+
+def test_the_core_imports_neither_the_kit_nor_hypothesis():
+    """``import fakeshard`` (and the engine's transports) need no test dependency: the kit,
+    its strategies and Hypothesis come only with ``fakeshard.testing``."""
+    code = ("import sys, fakeshard, fakeshard.wire, fakeshard.remote, fakeshard.server, fakeshard.real\n"
+            "bad = sorted(m for m in sys.modules\n"
+            "             if m.split('.')[0] == 'hypothesis' or m.startswith('fakeshard.testing'))\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -89,7 +89,7 @@ def project(tmp_path_factory) -> Path:
     (root / "tests" / "test_ours.py").write_text(textwrap.dedent('''
         from hypothesis import given, settings
 
-        from fakeshard import strategies as fs
+        from fakeshard.testing import strategies as fs
 
 
         def test_fixtures(engine_factory, fake_pipeline, cluster, virtual_clock, coordinator_factory):

@@ -1,4 +1,4 @@
-"""fakeshard.strategies: what each strategy draws keeps to the contract (or breaks it as named)."""
+"""fakeshard.testing.strategies: what each strategy draws keeps to the contract (or breaks it as named)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fakeshard import FakeShardEngine, MalformedBundle, Pipeline, ShardSpec, TokenBundle, validate, wire
-from fakeshard import strategies as fs
 from fakeshard.engine import SessionEngine
+from fakeshard.testing import strategies as fs
 
 
 @given(st.sampled_from(fs.ROLES).flatmap(lambda role: st.tuples(st.just(role), fs.specs(role=role))))

@@ -1,10 +1,11 @@
 """Hypothesis strategies for fakeshard's values, for a project's own property tests.
 
-Needs the extra ``test`` (Hypothesis).  For example::
+Part of the kit (``fakeshard.testing``): it needs the extra ``test`` (Hypothesis), which
+``import fakeshard`` never does.  For example::
 
     from hypothesis import given
     from fakeshard import FakeShardEngine
-    from fakeshard import strategies as fs
+    from fakeshard.testing import strategies as fs
 
     @given(fs.specs(), fs.histories(max_size=16))
     def test_prefill_answers_one_sample(spec, history):
