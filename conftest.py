@@ -21,7 +21,7 @@ profiles.load_default()
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """``fakeshard mutate --tests machines``: keep only what is collected under ``stateful/``."""
+    """``python3 -m tools.mutate --tests machines``: keep only what is collected under ``stateful/``."""
     import os
 
     tests = os.environ.get("FAKESHARD_MUTATE_TESTS")
@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
         return
     import pytest
 
-    from fakeshard.mutate import MutateError, keeps
+    from tools.mutate import MutateError, keeps
 
     try:
         kept = [keeps(tests, item.path, config.rootpath) for item in items]

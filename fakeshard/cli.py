@@ -1,4 +1,4 @@
-"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``evidence``, ``mutate``, ``serve``, ``schema``."""
+"""The ``fakeshard`` command: ``demo``, ``check``, ``replay``, ``serve``, ``schema``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from fakeshard.check import CheckOptions
+
+__all__ = ["add_campaign_options", "campaign_options", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,7 +25,8 @@ def _machines(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _add_campaign_options(p: argparse.ArgumentParser) -> None:
+def add_campaign_options(p: argparse.ArgumentParser) -> None:
+    """The options of a campaign (``fakeshard check``'s), for a command built on it."""
     p.add_argument("--profile", default="ci", help="Hypothesis profile: dev, ci (default), thorough")
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (each xdist worker adds its index)")
     p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
@@ -63,31 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a head/middle/tail pipeline through faults and print each step")
     demo.add_argument("--seed", type=int, default=0, help="engine seed (default 0)")
     check = sub.add_parser("check", help="run the state-machine campaign under coverage and summarise it")
-    _add_campaign_options(check)
+    add_campaign_options(check)
     replay = sub.add_parser("replay", help="replay saved traces step by step")
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
     replay.add_argument("--engine", default=None, help="engine factory module:callable")
     replay.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
                         help="replay coordinator traces with this coordinator instead of the one they name")
-    evidence = sub.add_parser("evidence", help="run a campaign and write the evidence folder")
-    _add_campaign_options(evidence)
-    evidence.add_argument("--dest", type=Path, default=None,
-                          help="evidence folder (default evidence/DGR-032/<evidence class>)")
-    evidence.add_argument("--base", default=None,
-                          help="git revision the changed-files list starts from (default: the first commit)")
-    mutate = sub.add_parser("mutate", help="mutation score of the contract logic (mutmut; the checkout's "
-                                           "[tool.mutmut]) written to the evidence folder")
-    mutate.add_argument("--workers", type=int, default=2, help="mutants tested at once (default 2)")
-    mutate.add_argument("--tests", choices=("suite", "machines"), default="suite",
-                        help="the test command: [tool.mutmut]'s (suite, the default) or only the state "
-                             "machines and what else is under stateful/ (machines)")
-    mutate.add_argument("--dest", type=Path, default=None,
-                        help="report folder, which holds reasons.json (default evidence/DGR-032/mutation, "
-                             "and its machines/ folder for --tests machines)")
-    mutate.add_argument("--resume", action="store_true",
-                        help="keep the results of an earlier run (mutants/) and test only what has none")
-    mutate.add_argument("--report-only", action="store_true",
-                        help="run nothing: write the report again from the last run (after editing reasons.json)")
     serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
     serve.add_argument("topology", type=Path, metavar="TOPOLOGY.json")
     serve.add_argument("--host", default="127.0.0.1", help="address every listener binds (default 127.0.0.1)")
@@ -99,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_options(args: argparse.Namespace) -> "object":
+def campaign_options(args: argparse.Namespace) -> "CheckOptions":
+    """The campaign that options from :func:`add_campaign_options` ask for."""
     from fakeshard.check import CheckOptions
     from fakeshard.factory import resolve_factory_name
 
@@ -122,7 +108,7 @@ def _env_path(name: str) -> "Path | None":
 def _check(args: argparse.Namespace) -> int:
     from fakeshard.check import required_probes, run_check, summary_table
 
-    result = run_check(_check_options(args))  # type: ignore[arg-type]
+    result = run_check(campaign_options(args))
     out = sys.stdout
     out.write(summary_table(result) + "\n\n")
     out.write(f"engine: {result.options.engine} (evidence class: {result.evidence_class}"
@@ -296,25 +282,6 @@ def _serve(args: argparse.Namespace) -> int:
         raise _Fail(f"cannot listen: {exc.strerror or exc}") from None
 
 
-def _mutate(args: argparse.Namespace) -> int:
-    from fakeshard.mutate import DEFAULT_DEST, MutateError, MutateOptions, run_mutate, write_report
-
-    dest = args.dest if args.dest is not None else DEFAULT_DEST[args.tests]
-    options = MutateOptions(workers=args.workers, dest=dest, tests=args.tests, resume=args.resume,
-                            report_only=args.report_only)
-    argv = ["mutate", "--workers", str(args.workers)] + (["--tests", args.tests] if args.tests != "suite" else []) \
-        + (["--dest", str(dest)] if dest != DEFAULT_DEST[args.tests] else [])
-    try:
-        run = run_mutate(options)
-        met = write_report(run, options, argv=argv)
-    except MutateError as exc:
-        raise _Fail(str(exc)) from None
-    if run.returncode != 0:
-        sys.stderr.write(f"fakeshard: mutmut exited with {run.returncode}; its last lines:\n{run.log_tail}\n")
-        return 1
-    return 0 if met else 1
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -326,12 +293,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "replay":
             return _replay(args)
-        if args.command == "evidence":
-            from fakeshard.evidence import write_evidence
-
-            return write_evidence(_check_options(args), dest=args.dest, base=args.base)  # type: ignore[arg-type]
-        if args.command == "mutate":
-            return _mutate(args)
         if args.command == "serve":
             return _serve(args)
         if args.command == "schema":

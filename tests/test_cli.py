@@ -73,7 +73,6 @@ def _run(*args, env=None):
     (["check", "--coordinator", "fakeshard:VirtualClock"], "failed to build a coordinator"),
     (["check", "--coordinator", "fakeshard.testing.coordinating:ReferenceStreams"], "failed to build"),
     (["replay", "does/not/exist.json", "--coordinator", "fakeshard:Pipeline"], "failed to build a coordinator"),
-    (["evidence", "--profile", "nope"], "--profile must be one of"),
 ])
 def test_bad_input_is_a_one_line_error(args, needle):
     result = _run(*args)
@@ -134,22 +133,6 @@ def test_a_ci_campaign_made_smaller_is_not_held_to_what_a_whole_one_reaches(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     assert "not a whole ci campaign of the engine machines: not held to every probe" in result.stdout
     assert "unreached:" not in result.stdout
-
-
-def test_evidence_of_a_coordinator_campaign(tmp_path):
-    dest = tmp_path / "coordinator"
-    result = _run("evidence", "--machines", "coordinator", "--coordinator", "tests.planted_coordinators:gives_up_early",
-                  "--profile", "dev", "--examples", "4", "--steps", "8", "--seed", "0", "--dest", str(dest),
-                  "--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "out"))
-    text = (dest / "README.md").read_text(encoding="utf-8")
-    assert "coordinator campaign of `tests.planted_coordinators:gives_up_early`, fixture engines" in text
-    assert "**fixture evidence**" in text and "`coordinator:call:ok`" in text
-    # What the page says of the run is what the run did.
-    assert (result.returncode == 0) == ("| coordinator campaign (pytest exit code) | 0 (passed) |" in text)
-    ok = _run("evidence", "--machines", "coordinator", "--profile", "dev", "--examples", "4", "--steps", "8",
-              "--dest", str(dest), "--out", str(tmp_path / "out"))
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "| coordinator campaign (pytest exit code) | 0 (passed) |" in (dest / "README.md").read_text()
 
 
 def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkeypatch, capsys):

@@ -1,12 +1,15 @@
-"""Evidence pages, rendered from a campaign's result (the campaigns themselves run in test_cli)."""
+"""This repository's evidence pages (``tools.evidence``): rendered from a campaign's result, and
+one small coordinator campaign written by the command."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 from fakeshard.check import CheckOptions, CheckResult
-from fakeshard.evidence import render, render_coordinator
+from tools.evidence import render, render_coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,9 +27,9 @@ def _result(engine: str, evidence_class: str, machines: tuple[str, ...], returnc
 def test_an_engine_page_gives_its_commands_from_the_root_and_its_environment():
     result = _result("fakeshard:FakeShardEngine", "fixture", ("sessions", "faults"))
     suite_cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests"), "-q"]
-    text = render(result, root=ROOT, base=None, argv=["evidence", "--profile", "ci"],
+    text = render(result, root=ROOT, base=None, argv=["--profile", "ci"],
                   suite=(suite_cmd, 0, "410 passed"))
-    assert "python3 -m fakeshard evidence --profile ci" in text
+    assert "python3 -m tools.evidence --profile ci" in text
     assert f"{sys.executable} -m pytest fakeshard/testing/suite.py -q" in text  # relative to the root
     assert f"{sys.executable} -m pytest tests -q" in text and str(ROOT) + "/" not in text
     assert "| state-machine campaign (pytest exit code) | 0 (passed) |" in text
@@ -40,9 +43,46 @@ def test_an_engine_page_gives_its_commands_from_the_root_and_its_environment():
 
 def test_a_coordinator_page_has_the_same_commands_and_environment_sections():
     result = _result("fakeshard:FakeShardEngine", "fixture", ("coordinator",), returncode=1)
-    text = render_coordinator(result, root=ROOT, argv=["evidence", "--machines", "coordinator"])
-    assert "python3 -m fakeshard evidence --machines coordinator" in text
+    text = render_coordinator(result, root=ROOT, argv=["--machines", "coordinator"])
+    assert "python3 -m tools.evidence --machines coordinator" in text
     assert f"{sys.executable} -m pytest fakeshard/testing/suite.py -q" in text
     assert "| coordinator campaign (pytest exit code) | 1 (FAILED) |" in text
     assert text.count("## Commands and results") == text.count("## Environment") == 1
     assert "| git commit | `" in text
+
+
+def _evidence(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.evidence", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ})
+
+
+def test_evidence_of_a_coordinator_campaign(tmp_path):
+    dest = tmp_path / "coordinator"
+    result = _evidence("--machines", "coordinator", "--coordinator", "tests.planted_coordinators:gives_up_early",
+                       "--profile", "dev", "--examples", "4", "--steps", "8", "--seed", "0", "--dest", str(dest),
+                       "--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "out"))
+    text = (dest / "README.md").read_text(encoding="utf-8")
+    assert "coordinator campaign of `tests.planted_coordinators:gives_up_early`, fixture engines" in text
+    assert "**fixture evidence**" in text and "`coordinator:call:ok`" in text
+    # What the page says of the run is what the run did.
+    assert (result.returncode == 0) == ("| coordinator campaign (pytest exit code) | 0 (passed) |" in text)
+    ok = _evidence("--machines", "coordinator", "--profile", "dev", "--examples", "4", "--steps", "8",
+                   "--dest", str(dest), "--out", str(tmp_path / "out"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "| coordinator campaign (pytest exit code) | 0 (passed) |" in (dest / "README.md").read_text()
+
+
+def test_bad_options_are_a_one_line_error():
+    result = _evidence("--profile", "nope")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--profile must be one of" in lines[0], result.stderr
+
+
+def test_the_wheel_ships_no_repository_tooling():
+    """``fakeshard`` is the product: this repository's evidence and mutation tooling is not a
+    command of it, and nothing under ``fakeshard/`` names this repository's evidence folder."""
+    result = subprocess.run([sys.executable, "-m", "fakeshard", "evidence"], capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+    for path in (ROOT / "fakeshard").rglob("*.py"):
+        assert "DGR-032" not in path.read_text(encoding="utf-8"), path

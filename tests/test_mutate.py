@@ -1,4 +1,4 @@
-"""``fakeshard mutate``: the report it writes from mutmut's results (the mutmut run itself is
+"""``python3 -m tools.mutate``: the report it writes from mutmut's results (the mutmut run itself is
 evidence/DGR-032/mutation, not a test: it takes most of an hour)."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("tomllib", reason="fakeshard mutate reads pyproject.toml with tomllib (Python 3.11+)")
+pytest.importorskip("tomllib", reason="tools.mutate reads pyproject.toml with tomllib (Python 3.11+)")
 
-from fakeshard.cli import main  # noqa: E402
-from fakeshard.mutate import (  # noqa: E402
+from tools.mutate import (  # noqa: E402
     RUN_RECORD,
     TESTS_ENV,
     MutateError,
@@ -20,6 +19,7 @@ from fakeshard.mutate import (  # noqa: E402
     class_of,
     contract_score,
     keeps,
+    main,
     module_of,
     modules,
     only_words,
@@ -141,7 +141,7 @@ def test_reasons_with_an_unknown_class_are_refused(tmp_path):
     (tmp_path / "reasons.json").write_text(json.dumps([{"mutants": "x*", "reason": "r", "class": "harmless"}]),
                                            encoding="utf-8")
     with pytest.raises(MutateError, match="one of equivalent, contract-free, gap"):
-        write_report(_run({}), MutateOptions(dest=tmp_path), argv=["mutate"])
+        write_report(_run({}), MutateOptions(dest=tmp_path), argv=[])
 
 
 def _run(statuses: dict[str, str]) -> MutationRun:
@@ -158,7 +158,7 @@ def test_the_report_counts_each_module_and_gives_every_survivor_its_reason(tmp_p
     (tmp_path / "reasons.json").write_text(json.dumps(
         [{"mutants": ENGINE + "__repr__*", "reason": "a repr is no part of the contract"}]), encoding="utf-8")
     options = MutateOptions(workers=2, dest=tmp_path)
-    assert write_report(_run(statuses), options, argv=["mutate"]) is True
+    assert write_report(_run(statuses), options, argv=[]) is True
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "**Met**" in text and "20.6 minutes with 2 workers" in text
     assert "| `fakeshard.wire` | 42 | 40 | 1 | 0 | 1 | 0 | 0 | 97.6% |" in text
@@ -181,7 +181,7 @@ def test_the_report_gives_the_score_of_what_the_contract_sees(tmp_path):
     run.diffs["fakeshard.wire.x_g__mutmut_2"] = _diff("    y = 1", "    y = 2")
     (tmp_path / "reasons.json").write_text(json.dumps(
         [{"mutants": "fakeshard.wire.x_g__mutmut_2", "reason": "equivalent: y is never read"}]), encoding="utf-8")
-    assert write_report(run, MutateOptions(dest=tmp_path), argv=["mutate"]) is False
+    assert write_report(run, MutateOptions(dest=tmp_path), argv=[]) is False
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "| `fakeshard.wire` | 24 | 1 | 2 | 1 | 95.2% |" in text  # 20 of 21
     assert "By it the goal is **met**" in text
@@ -198,7 +198,7 @@ def test_one_module_under_the_goal_fails_the_goal(tmp_path):
                 for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(100)}
     statuses.update({f"fakeshard.backend.x_h__mutmut_{i}": "survived" for i in range(12)})  # 89.3%
     assert score(Counter(killed=100, survived=12)) < 90  # and 98% overall
-    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=["mutate"]) is False
+    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
     assert "**Not met**" in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
@@ -206,13 +206,13 @@ def test_a_run_stopped_before_every_mutant_was_tested_does_not_meet_the_goal(tmp
     statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
                 for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
     statuses["fakeshard.engine.x_g__mutmut_1"] = "not checked"
-    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=["mutate"]) is False
+    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
 
 
 def test_reasons_that_are_not_a_list_of_entries_are_refused(tmp_path):
     (tmp_path / "reasons.json").write_text('{"mutants": "x"}', encoding="utf-8")
     with pytest.raises(MutateError, match="expected a list"):
-        write_report(_run({}), MutateOptions(dest=tmp_path), argv=["mutate"])
+        write_report(_run({}), MutateOptions(dest=tmp_path), argv=[])
 
 
 def test_the_machines_command_keeps_only_what_is_under_stateful(tmp_path):
@@ -256,19 +256,19 @@ def test_the_machines_report_names_its_command(tmp_path):
                 for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
     run = _run(statuses)
     run.tests = "machines"
-    write_report(run, MutateOptions(dest=tmp_path, tests="machines"), argv=["mutate", "--tests", "machines"])
+    write_report(run, MutateOptions(dest=tmp_path, tests="machines"), argv=["--tests", "machines"])
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "the state machines alone (`--tests machines`)" in text
-    assert "python3 -m fakeshard mutate --workers 2 --tests machines" in text
+    assert "python3 -m tools.mutate --workers 2 --tests machines" in text
     assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["tests"] == "machines"
-    write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=["mutate"])
+    write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[])
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "--tests" not in text and "the contract suite and the state machines notice" in text
 
 
 def test_a_report_only_of_the_other_command_is_refused(tmp_path, monkeypatch):
     pytest.importorskip("mutmut", reason="run_mutate needs mutmut (the mutate extra)")
-    import fakeshard.mutate as mutate
+    import tools.mutate as mutate
 
     (tmp_path / "mutants").mkdir()
     (tmp_path / "mutants" / RUN_RECORD).write_text(json.dumps(
@@ -284,7 +284,7 @@ def test_a_report_only_of_the_other_command_is_refused(tmp_path, monkeypatch):
 def test_diffs_come_from_one_process_or_else_one_show_each(tmp_path, monkeypatch):
     import subprocess
 
-    import fakeshard.mutate as mutate
+    import tools.mutate as mutate
 
     names = ["fakeshard.engine.x_f__mutmut_1", "fakeshard.engine.x_f__mutmut_2"]
     answers = {"batch": subprocess.CompletedProcess([], 0, json.dumps({n: f"+{n}" for n in names}), "")}
@@ -301,13 +301,13 @@ def test_diffs_come_from_one_process_or_else_one_show_each(tmp_path, monkeypatch
 
 def test_bad_tests_is_a_one_line_error(capsys):
     with pytest.raises(SystemExit):
-        main(["mutate", "--tests", "all"])
+        main(["--tests", "all"])
     assert "invalid choice: 'all'" in capsys.readouterr().err
 
 
 def test_bad_workers_is_a_one_line_error(capsys):
-    assert main(["mutate", "--workers", "0"]) == 2
-    assert capsys.readouterr().err == "fakeshard: error: --workers must be >= 1, got 0\n"
+    assert main(["--workers", "0"]) == 2
+    assert capsys.readouterr().err == "tools.mutate: error: --workers must be >= 1, got 0\n"
 
 
 def test_the_mutate_profile_stops_at_the_first_failure_and_keeps_it_as_found():

@@ -1,17 +1,21 @@
-"""The survivors of the report in this folder (its README.md diffs, its results.json counts),
-sorted by fakeshard.mutate.class_of with today's reasons.json, and both scores per module.
-Run from the checkout's root: python3 evidence/DGR-032/mutation/machines/reclassify.py"""
+"""The survivors of a mutation report (its README.md diffs, its results.json counts), sorted by
+tools.mutate.class_of with today's reasons.json, and both scores per module.
+
+Run from the checkout's root: ``python3 -m tools.reclassify [REPORT_DIR]`` (default
+``evidence/DGR-032/mutation/machines``).  The diffs come from the report's README, the one
+place a run keeps them."""
 import collections
 import json
 import re
+import sys
 from pathlib import Path
 
-from fakeshard.mutate import _load_reasons, class_of, classes_by_module, contract_score, reason_for, score
+from tools.mutate import class_of, classes_by_module, contract_score, load_reasons, reason_for, score
 
-dest = Path("evidence/DGR-032/mutation/machines")
+dest = Path(sys.argv[1] if len(sys.argv) > 1 else "evidence/DGR-032/mutation/machines")
 # A mutant's section: "### `name` (status...)" then its reason and its diff.
 blocks = [b for b in (dest / "README.md").read_text(encoding="utf-8").split("\n### ")[1:] if b.startswith("`")]
-reasons = _load_reasons(dest / "reasons.json")
+reasons = load_reasons(dest / "reasons.json")
 results = json.loads((dest / "results.json").read_text(encoding="utf-8"))
 diffs = {block.split("`")[1]: re.search(r"```diff\n(.*?)```", block, re.S).group(1) for block in blocks}
 kinds = {name: class_of(name, diff, reasons) for name, diff in diffs.items()}

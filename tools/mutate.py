@@ -1,4 +1,4 @@
-"""``fakeshard mutate``: the mutation score of the modules that carry contract logic.
+"""``python3 -m tools.mutate``: the mutation score of the modules that carry contract logic.
 
 `mutmut <https://github.com/boxed/mutmut>`_ (the ``mutate`` extra) does the mutating and
 the running; this module drives it in the checkout and writes the report.  What mutmut
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from fakeshard.evidence import _git, _version
+from tools.evidence import git, version
 
 __all__ = ["CLASSES", "GOAL_MODULE", "GOAL_OVERALL", "MutateError", "MutateOptions", "MutationRun",
            "class_of", "classes_by_module", "contract_score", "explain", "modules", "only_words", "reason_for",
@@ -115,10 +115,10 @@ def _mutmut_config(root: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        raise MutateError("fakeshard mutate needs Python 3.11 or later (tomllib)") from None
+        raise MutateError("tools.mutate needs Python 3.11 or later (tomllib)") from None
     path = root / "pyproject.toml"
     if not (path.is_file() and (root / "stateful").is_dir() and (root / "tests").is_dir()):
-        raise MutateError(f"fakeshard mutate runs in the fakeshard source checkout (no pyproject.toml, "
+        raise MutateError(f"tools.mutate runs in the fakeshard source checkout (no pyproject.toml, "
                           f"tests/ and stateful/ under {root})")
     config = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("mutmut")
     if not config or not config.get("only_mutate"):
@@ -305,7 +305,8 @@ def contract_score(counts: Counter, classes: Counter) -> float:
     return 100.0 * killed / seen if seen else 0.0
 
 
-def _load_reasons(path: Path) -> list[dict[str, str]]:
+def load_reasons(path: Path) -> list[dict[str, str]]:
+    """The entries of a ``reasons.json``, checked."""
     if not path.is_file():
         return []
     try:
@@ -398,7 +399,7 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
     try:
         import mutmut  # noqa: F401
     except ImportError:
-        raise MutateError("fakeshard mutate needs mutmut: python3 -m pip install -e '.[mutate]'") from None
+        raise MutateError("tools.mutate needs mutmut: python3 -m pip install -e '.[mutate]'") from None
     root = _root()
     _mutmut_config(root)
     if options.report_only:
@@ -432,7 +433,7 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
     (root / "mutants").mkdir(exist_ok=True)
     (root / "mutants" / RUN_RECORD).write_text(json.dumps({
         "elapsed_s": elapsed, "returncode": proc.returncode, "workers": options.workers,
-        "commit": _git(root, "rev-parse", "HEAD"), "tests": options.tests, "log_tail": "\n".join(_log_lines(log)[-12:]),
+        "commit": git(root, "rev-parse", "HEAD"), "tests": options.tests, "log_tail": "\n".join(_log_lines(log)[-12:]),
     }), encoding="utf-8")
     return _last_run(root)
 
@@ -440,7 +441,7 @@ def run_mutate(options: MutateOptions, *, stream: TextIO = sys.stderr) -> Mutati
 def _last_run(root: Path) -> MutationRun:
     record_path = root / "mutants" / RUN_RECORD
     if not record_path.is_file():
-        raise MutateError(f"no run to report: {record_path} is missing (run fakeshard mutate first)")
+        raise MutateError(f"no run to report: {record_path} is missing (run python3 -m tools.mutate first)")
     record = json.loads(record_path.read_text(encoding="utf-8"))
     env = _env(Path(tempfile.gettempdir()))
     run = MutationRun(statuses=_results(root, env), elapsed=float(record["elapsed_s"]),
@@ -467,7 +468,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     root = _root()
     dest = options.dest if options.dest.is_absolute() else root / options.dest
     dest.mkdir(parents=True, exist_ok=True)
-    reasons = _load_reasons(dest / "reasons.json")
+    reasons = load_reasons(dest / "reasons.json")
     names = modules(root)
     by_module: dict[str, Counter] = {m: Counter() for m in names}
     for name, status in run.statuses.items():
@@ -476,10 +477,10 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     # A mutant left untested ("not checked": the run was stopped) leaves the goal unmet.
     met = run.returncode == 0 and not overall["not checked"] and score(overall) >= GOAL_OVERALL and all(
         score(c) >= GOAL_MODULE for c in by_module.values())
-    head = _git(root, "rev-parse", "HEAD") or "unknown"
+    head = git(root, "rev-parse", "HEAD") or "unknown"
     commit = run.commit or head
     workers = run.workers or options.workers
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", "fakeshard", "tests",
+    dirty = bool(git(root, "status", "--porcelain", "--untracked-files=no", "--", "fakeshard", "tests",
                       "stateful", "pyproject.toml"))
     tests = run.tests or options.tests
     survivors = sorted(run.diffs)
@@ -505,7 +506,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     lines = [
         "# Mutation score of the contract logic (mutmut)",
         "",
-        f"Written by `python3 -m fakeshard {' '.join(argv)}`; the mutmut run was on commit `{commit}`"
+        f"Written by `python3 -m tools.mutate {' '.join(argv)}`; the mutmut run was on commit `{commit}`"
         + (f" (the report written on `{head}`)" if commit != head else "")
         + (" (with uncommitted changes to the code or tests)" if dirty else "") + ".",
         "This is fixture evidence about the test suite: how many deliberate small changes to",
@@ -550,7 +551,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "",
         "```sh",
         "python3 -m pip install -e '.[test,mutate]'",
-        f"python3 -m fakeshard mutate --workers {workers}" + (f" --tests {tests}" if tests != "suite" else ""),
+        f"python3 -m tools.mutate --workers {workers}" + (f" --tests {tests}" if tests != "suite" else ""),
         "```",
         "",
         "| | |",
@@ -559,9 +560,9 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         f"| python | {platform.python_version()} |",
         f"| platform | {platform.platform()} |",
         f"| CPUs | {os.cpu_count()} |",
-        f"| mutmut | {_version('mutmut')} |",
-        f"| hypothesis | {_version('hypothesis')} |",
-        f"| pytest | {_version('pytest')} |",
+        f"| mutmut | {version('mutmut')} |",
+        f"| hypothesis | {version('hypothesis')} |",
+        f"| pytest | {version('pytest')} |",
         f"| workers | {workers} |",
         f"| elapsed | {run.elapsed:.0f} s |",
         "",
@@ -597,7 +598,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     (dest / "README.md").write_text("\n".join(lines), encoding="utf-8")
     (dest / "results.json").write_text(json.dumps({
         "commit": commit, "dirty": dirty, "elapsed_s": round(run.elapsed, 1), "workers": workers, "tests": tests,
-        "mutmut": _version("mutmut"), "returncode": run.returncode, "goal_met": met,
+        "mutmut": version("mutmut"), "returncode": run.returncode, "goal_met": met,
         "modules": {m: dict(sorted(c.items())) for m, c in sorted(by_module.items())},
         "score": {m: round(score(c), 2) for m, c in sorted(by_module.items())} | {"all": round(score(overall), 2)},
         "goal_met_by_what_the_contract_sees": seen_met,
@@ -609,3 +610,44 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     }, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
     return met
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python3 -m tools.mutate [--workers N] [--tests suite|machines] [--dest DIR] [--resume]
+    [--report-only]``: run mutmut in the checkout and write the report."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m tools.mutate",
+                                     description="mutation score of the contract logic (mutmut; the checkout's "
+                                                 "[tool.mutmut]) written to the evidence folder")
+    parser.add_argument("--workers", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--tests", choices=("suite", "machines"), default="suite",
+                        help="the test command: [tool.mutmut]'s (suite, the default) or only the state "
+                             "machines and what else is under stateful/ (machines)")
+    parser.add_argument("--dest", type=Path, default=None,
+                        help="report folder, which holds reasons.json (default evidence/DGR-032/mutation, "
+                             "and its machines/ folder for --tests machines)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the results of an earlier run (mutants/) and test only what has none")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the report again from the last run (after editing reasons.json)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    dest = args.dest if args.dest is not None else DEFAULT_DEST[args.tests]
+    options = MutateOptions(workers=args.workers, dest=dest, tests=args.tests, resume=args.resume,
+                            report_only=args.report_only)
+    shown = ["--workers", str(args.workers)] + (["--tests", args.tests] if args.tests != "suite" else []) \
+        + (["--dest", str(dest)] if dest != DEFAULT_DEST[args.tests] else [])
+    try:
+        run = run_mutate(options)
+        met = write_report(run, options, argv=shown)
+    except MutateError as exc:
+        sys.stderr.write(f"tools.mutate: error: {exc}\n")
+        return 2
+    if run.returncode != 0:
+        sys.stderr.write(f"tools.mutate: mutmut exited with {run.returncode}; its last lines:\n{run.log_tail}\n")
+        return 1
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``fakeshard evidence``: run the campaign and the contract suite, write what they prove.
+"""``python3 -m tools.evidence``: run the campaign and the contract suite, write what they prove.
 
 Writes ``<dest>/README.md`` from the run just made (commands, results,
 environment, changed files, coverage, probes, limitations, dependency
@@ -26,11 +26,12 @@ __all__ = ["EVIDENCE_ROOT", "write_evidence"]
 
 _PACKAGES = ("fakeshard", "hypothesis", "pytest", "pytest-xdist", "coverage", "dataclasses-json")
 _REAL_PACKAGES = ("numpy", "gguf")
-#: Where ``fakeshard evidence`` writes by default: a folder per evidence class.
+#: Where ``tools.evidence`` writes by default: a folder per evidence class.
 EVIDENCE_ROOT = Path("evidence/DGR-032")
 
 
-def _git(root: Path, *args: str) -> str:
+def git(root: Path, *args: str) -> str:
+    """``git ARGS`` in ``root``: its output, or ``""`` where git fails or is missing."""
     try:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -38,7 +39,8 @@ def _git(root: Path, *args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def _version(name: str) -> str:
+def version(name: str) -> str:
+    """The installed version of package ``name``, or ``not installed``."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -64,7 +66,8 @@ def _contract_suite(root: Path, engine: str) -> tuple[list[str], int, str]:
 def _commands(argv: list[str], ran: list[list[str]], here: str) -> list[str]:
     """A page's "Commands and results" heading: the command given, then what it ran, with
     paths relative to the repository root (``here``)."""
-    return ["## Commands and results", "", "```sh", "python3 -m fakeshard " + " ".join(shlex.quote(a) for a in argv),
+    given = "python3 -m tools.evidence " + " ".join(shlex.quote(a) for a in argv)
+    return ["## Commands and results", "", "```sh", given,
             "```", "", "ran, from the repository root:", "", "```sh",
             *(" ".join(shlex.quote(part.replace(here, "")) for part in cmd) for cmd in ran), "```", ""]
 
@@ -75,7 +78,7 @@ def _environment(commit: str, dirty: bool, packages: tuple[str, ...]) -> list[st
         ("python", platform.python_version()),
         ("platform", platform.platform()),
         ("git commit", f"`{commit}`" + (" (with uncommitted changes)" if dirty else "")),
-    ] + [(name, _version(name)) for name in packages]), ""]
+    ] + [(name, version(name)) for name in packages]), ""]
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
@@ -126,15 +129,15 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
 
     o = result.options
     coordinator = o.coordinator or "fakeshard.testing.coordinating:reference"
-    commit = _git(root, "rev-parse", "HEAD") or "unknown"
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
+    commit = git(root, "rev-parse", "HEAD") or "unknown"
+    dirty = bool(git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
     here = f"{root}/"
     fixture = result.evidence_class == "fixture"
     outcomes = sorted(k for k in result.probes if k.startswith("coordinator:"))
     return "\n".join([
         f"# Evidence: coordinator campaign of `{coordinator}`, {result.evidence_class} engines",
         "",
-        "Written by `fakeshard evidence --machines coordinator` from the run it just made; "
+        "Written by `python3 -m tools.evidence --machines coordinator` from the run it just made; "
         "regenerating it changes only the times.",
         "",
         "## Evidence class",
@@ -201,13 +204,13 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
 
     o = result.options
     fixture = result.evidence_class == "fixture"
-    commit = _git(root, "rev-parse", "HEAD") or "unknown"
+    commit = git(root, "rev-parse", "HEAD") or "unknown"
     # The evidence folder itself is being rewritten: it does not make the run's code dirty.
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
+    dirty = bool(git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
     if base is None:
-        roots = _git(root, "rev-list", "--max-parents=0", "HEAD").splitlines()
+        roots = git(root, "rev-list", "--max-parents=0", "HEAD").splitlines()
         base = roots[-1] if roots else None
-    changed = _git(root, "diff", "--name-status", f"{base}..HEAD") if base else ""
+    changed = git(root, "diff", "--name-status", f"{base}..HEAD") if base else ""
     suite_cmd, suite_rc, suite_line = suite
     here = f"{root}/"
 
@@ -221,7 +224,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
     out = [
         f"# Evidence: DGR-032 state-machine campaign, {result.evidence_class}",
         "",
-        "Written by `fakeshard evidence` from the run it just made; regenerating it changes "
+        "Written by `python3 -m tools.evidence` from the run it just made; regenerating it changes "
         "only the times.",
         "",
         "## Evidence class",
@@ -366,3 +369,30 @@ _REAL_HANDOFF = [
     "* `fakeshard/testing/coordinator.py`'s re-route-and-replay policy keeps every token stream a "
     "greedy continuation under real arithmetic too (the failover machine's invariant).",
 ]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python3 -m tools.evidence [campaign options] [--dest DIR] [--base REV]``."""
+    import argparse
+
+    from fakeshard.check import CheckError
+    from fakeshard.cli import add_campaign_options, campaign_options
+
+    parser = argparse.ArgumentParser(prog="python3 -m tools.evidence",
+                                     description="run a campaign and write this repository's evidence folder")
+    add_campaign_options(parser)
+    parser.add_argument("--dest", type=Path, default=None,
+                        help=f"evidence folder (default {EVIDENCE_ROOT}/<evidence class>)")
+    parser.add_argument("--base", default=None,
+                        help="git revision the changed-files list starts from (default: the first commit)")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    try:
+        return write_evidence(campaign_options(args), dest=args.dest, base=args.base, argv=list(argv))
+    except CheckError as exc:
+        sys.stderr.write(f"tools.evidence: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
