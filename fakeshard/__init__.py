@@ -1,7 +1,7 @@
 """fakeshard: a deterministic fake of a pipeline-parallel shard engine.
 
 The public face: everything a user imports is here, and nothing else is
-promised.  See ``docs/contract.md`` (contract v1) and the README.
+promised.  See ``docs/contract.md`` (contract v1) and the documentation site in ``docs/``.
 """
 
 from fakeshard.backend import Backend, HashBackend

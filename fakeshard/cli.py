@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 if TYPE_CHECKING:
     from fakeshard.check import CheckOptions
 
-__all__ = ["add_campaign_options", "campaign_options", "main"]
+__all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +49,7 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--certify", action="store_true",
                    help="require a real-model engine (refused for fixture engines)")
     p.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
-                   help="coordinator factory factory(stages, *, clock) for the coordinator machine "
+                   help="coordinator factory, called as factory(stages, clock=clock), for the coordinator machine "
                         "(default: $FAKESHARD_COORDINATOR, else the kit's reference); with it and no "
                         "--machines, only the coordinator machine runs")
     p.add_argument("--database", default=None, metavar="URL",
@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schemas of the wire and HTTP API v1")
     schema.add_argument("name", nargs="?", default=None, help="one schema (default: all, under $defs)")
     return parser
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``fakeshard`` command's parser (the documentation site renders it)."""
+    return _parser()
 
 
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":

@@ -79,8 +79,9 @@ MAX_FRAME_BYTES = 1024 * 1024 * 1024
 FRAME_MAGIC = b"FSB1"
 #: A frame's JSON header may not be longer than this.
 _MAX_HEADER_BYTES = 1024 * 1024
-#: Media types of the two encodings (HTTP ``Content-Type``).
+#: The media type of JSON (HTTP ``Content-Type``).
 JSON_CONTENT_TYPE = "application/json"
+#: The media type of the binary frame (HTTP ``Content-Type``).
 FRAME_CONTENT_TYPE = "application/vnd.fakeshard.frame"
 #: Binary encodings of hidden values: wire name -> little-endian numpy dtype.
 HIDDEN_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}

@@ -4,7 +4,7 @@ The wheel is built from this checkout offline, installed without dependencies in
 fresh venv that sees the running interpreter's packages (Hypothesis, pytest, numpy, ...),
 whether that is a virtual environment, the system's or a conda one, and
 used from a folder that is not the checkout: the plugin's options, markers and
-fixtures, the README's coordinator adapter under ``fakeshard check --coordinator``, a
+fixtures, the guide's coordinator adapter under ``fakeshard check --coordinator``, a
 buggy coordinator caught with its trace saved where the project says, and ``replay``.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "how-to" / "test-a-coordinator.md").read_text(encoding="utf-8")
 
 pytestmark = pytest.mark.slow
 
@@ -68,11 +68,11 @@ def venv(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """A project of a coordinator team: the README's adapter, a buggy one, and its own tests."""
+    """A project of a coordinator team: the guide's adapter, a buggy one, and its own tests."""
     root = tmp_path_factory.mktemp("project")
     (root / "mypkg").mkdir()
     (root / "mypkg" / "__init__.py").write_text("")
-    adapter = next(b for b in re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    adapter = next(b for b in re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
                    if b.startswith("# mypkg/fakeshard_adapter.py"))
     (root / "mypkg" / "fakeshard_adapter.py").write_text(adapter)
     (root / "mypkg" / "leaky.py").write_text(textwrap.dedent('''

@@ -1,4 +1,4 @@
-"""The README's "three nodes and curl" block runs, in a fresh folder, and says what the README says."""
+"""The serving guide's "three nodes and curl" block runs, in a fresh folder, and says what the guide says."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_three_nodes_and_curl(tmp_path):
     if shutil.which("curl") is None or shutil.which("bash") is None:
         pytest.skip("needs curl and bash (CI installs curl)")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "how-to" / "serve-nodes.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "fakeshard serve" in b)
     (tmp_path / "docs" / "examples").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "examples" / "three-nodes.json", tmp_path / "docs" / "examples")

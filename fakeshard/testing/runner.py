@@ -182,7 +182,7 @@ def broken_as(actual: Any, clean: Any, kind: str, spec: ShardSpec, n: int) -> bo
 
 
 def broken_the_fixture_way(clean: Any, kinds: tuple[str, ...], spec: ShardSpec) -> Any:
-    """``clean`` broken by ``kinds`` the way the fixture states it breaks outputs (README, "How
+    """``clean`` broken by ``kinds`` the way the fixture states it breaks outputs (``docs/reference/choices.md``, "How
     ``Malformed`` breaks an output"): the kinds other than ``checksum`` in rule order, each
     resealing the checksum over the broken contents (``shape`` drops the last column, ``layer``,
     ``epoch`` and ``position`` add 1, ``session`` appends ``~``, ``nan`` puts a NaN in the first

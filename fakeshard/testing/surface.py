@@ -3,7 +3,7 @@
 The session machines build valid worlds and break the calls made in them;
 this one breaks the world's construction and its transport.  Each rule draws
 arguments from mixes of valid and invalid values, asks a model written from
-the contract and the README whether they are acceptable, and checks the
+the contract and its choices (``docs/reference/choices.md``) whether they are acceptable, and checks the
 library agrees: a value when they are, a typed error (``ValueError`` /
 ``TypeError`` for constructors, ``MalformedBundle`` for the wire) when not.
 Along the way it keeps a pool of values that must survive the wire exactly.
@@ -69,7 +69,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-# -- the model: which arguments the contract (and the README's choices) accept -----------
+# -- the model: which arguments the contract (and its written choices) accept -----------
 
 def spec_ok(model_id: Any, n: Any, start: Any, end: Any, hidden: Any, vocab: Any) -> bool:
     return (isinstance(model_id, str) and model_id != "" and _is_int(n) and n >= 1
@@ -548,7 +548,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         assert len(pipe.generate("g", [1, 2], 3)) == 3 and len(pipe.generate("h", [1], 1)) == 1
         for bad in (0, -1, True, 1.0, "2"):
             self._expect(False, lambda: pipe.generate("i", [1], bad))
-        # A pipeline is real-model only if every stage is (the README, "a pipeline's evidence_class").
+        # A pipeline is real-model only if every stage is (docs/reference/choices.md, "a pipeline's evidence_class").
         stages = [self.config.factory(spec.with_layers(a, b)) for a, b in ranges]
         classes = [getattr(stage, "evidence_class", None) for stage in stages]
         assert Pipeline(stages).evidence_class == ("real-model" if set(classes) == {"real-model"} else "fixture")
