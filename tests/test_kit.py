@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -23,7 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = (ROOT / "docs" / "how-to" / "test-a-coordinator.md").read_text(encoding="utf-8")
 
-pytestmark = pytest.mark.slow
+# One worker builds the wheel, once: the build is in the checkout's build/ folder, so two
+# workers building at once (the module fixture runs per worker) race there.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kit")]
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
@@ -48,8 +51,15 @@ def _site_dirs() -> list[str]:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("kit")
+    # The wheel is built from a copy of what the package's build reads, so setuptools' build/
+    # and egg-info folders go there: nothing is written into the checkout, and nothing a
+    # build elsewhere left in it (or is writing there now) reaches this one.
+    source = tmp / "source"
+    shutil.copytree(ROOT / "fakeshard", source / "fakeshard", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                  "-q", "-w", str(tmp / "dist"), str(ROOT)], cwd=tmp)
+                  "-q", "-w", str(tmp / "dist"), str(source)], cwd=tmp)
     assert built.returncode == 0, built.stderr
     wheel = next((tmp / "dist").glob("fakeshard-*.whl"))
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], cwd=tmp)
