@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from fakeshard.check import CheckOptions
+    from fakeshard.testing.parallel import ParallelReplay
+    from fakeshard.testing.regress import ReplayResult
+    from fakeshard.testing.trace import Trace
 
 __all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
 
@@ -199,25 +202,25 @@ def _replay(args: argparse.Namespace) -> int:
     return status
 
 
-def _parallel_report(path: Path, trace: "object", name: str, again: "object") -> str:
-    lines = [f"{path} (parallel machine, found on {trace.engine_factory}, "  # type: ignore[attr-defined]
-             f"{trace.note or 'no note'})",  # type: ignore[attr-defined]
+def _parallel_report(path: Path, trace: "Trace", name: str, again: "ParallelReplay") -> str:
+    lines = [f"{path} (parallel machine, found on {trace.engine_factory}, "
+             f"{trace.note or 'no note'})",
              "the saved history, re-checked (ticks of one counter; [ ] from invocation to response):",
-             again.saved]  # type: ignore[attr-defined]
-    if again.failed:  # type: ignore[attr-defined]
+             again.saved]
+    if again.failed:
         lines += [f"FAILS on {name}: a run of the program is not linearizable:",
-                  again.message]  # type: ignore[attr-defined]
+                  again.message or ""]
     else:
         lines.append(f"passes on {name}: every run of the program is linearizable")
     return "\n".join(lines)
 
 
-def _replay_table(path: Path, trace: "object", result: "object") -> str:
+def _replay_table(path: Path, trace: "Trace", result: "ReplayResult") -> str:
     import json
 
-    steps = trace.steps  # type: ignore[attr-defined]
-    new = result.trace  # type: ignore[attr-defined]
-    first = result.first_divergence  # type: ignore[attr-defined]
+    steps = trace.steps
+    new = result.trace
+    first = result.first_divergence
     rows = []
     for i, step in enumerate(steps, 1):
         args = {k: v for k, v in step.items() if k != "op"}
@@ -228,10 +231,10 @@ def _replay_table(path: Path, trace: "object", result: "object") -> str:
                      _short(expected), _short(actual)))
     from fakeshard.text import text_table
 
-    lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",  # type: ignore[attr-defined]
+    lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",
              text_table(("", "step", "op", "arguments", "expected", "actual"), rows)]
-    if result.failed:  # type: ignore[attr-defined]
-        lines.append(f"FAILS at step {first}: {result.message}")  # type: ignore[attr-defined]
+    if result.failed:
+        lines.append(f"FAILS at step {first}: {result.message}")
     else:
         lines.append("passes: every step matches the reference model")
     return "\n".join(lines)

@@ -267,6 +267,10 @@ class SampleBundle:
 
 
 Bundle = Union[TokenBundle, HiddenBundle, SampleBundle]
+#: What ``prefill`` and ``decode`` take: tokens (head, full) or hidden states (middle, tail).
+InputBundle = Union[TokenBundle, HiddenBundle]
+#: What they answer: hidden states (head, middle) or the sampled token (tail, full).
+OutputBundle = Union[HiddenBundle, SampleBundle]
 
 
 def _as_array(hidden: Any) -> np.ndarray:
@@ -408,9 +412,9 @@ def _check_identity(bundle: Bundle) -> None:
     _check_index(bundle, "epoch", bundle.epoch, 0)
 
 
-def _check_token(bundle: object, name: str, token: object, spec: ShardSpec | None) -> None:
+def _check_token(bundle: object, name: str, token: Any, spec: ShardSpec | None) -> None:
     _check_index(bundle, name, token, 0)
-    if spec is not None and token >= spec.vocab_size:  # type: ignore[operator]
+    if spec is not None and token >= spec.vocab_size:
         raise _fail(
             bundle,
             f"{name} = {token} is outside 0..{spec.vocab_size - 1} (vocab_size {spec.vocab_size})",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from fakeshard.clock import VirtualClock
-from fakeshard.contract import ShardSpec, TokenBundle
+from fakeshard.contract import SampleBundle, ShardSpec, TokenBundle
 from fakeshard.engine import FakeShardEngine
 from fakeshard.errors import EngineCrashed, ShardError
 from fakeshard.faults import Crash, Delay, DropResponse, FaultPlan, FaultRule
@@ -82,9 +82,11 @@ def run_demo(out: TextIO, *, seed: int = 0) -> int:
                          sid, str(epoch), positions, outcome))
 
     def through(op: str, bundle: TokenBundle) -> int:
+        out: Any = bundle
         for i in range(len(stages)):
-            bundle = call(i, op, bundle)
-        return bundle.token  # type: ignore[attr-defined]
+            out = call(i, op, out)
+        assert isinstance(out, SampleBundle)  # the tail samples
+        return out.token
 
     sessions = {sid: _Session(prompt) for sid, prompt in PROMPTS.items()}
 

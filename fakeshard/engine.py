@@ -20,6 +20,8 @@ from fakeshard.backend import Backend, HashBackend
 from fakeshard.clock import Clock, VirtualClock
 from fakeshard.contract import (
     HiddenBundle,
+    InputBundle,
+    OutputBundle,
     SampleBundle,
     ShardSpec,
     TokenBundle,
@@ -202,12 +204,12 @@ class SessionEngine:
 
     # -- calls -------------------------------------------------------------
 
-    def prefill(self, bundle: Any) -> Any:
+    def prefill(self, bundle: InputBundle) -> OutputBundle:
         """Append one or more positions; return the output bundle."""
         with self._lock:
             return self._compute("prefill", bundle)
 
-    def decode(self, bundle: Any) -> Any:
+    def decode(self, bundle: InputBundle) -> OutputBundle:
         """Append exactly one position; return the output bundle."""
         with self._lock:
             return self._compute("decode", bundle)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import ClassVar, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class DropResponse:
 
 
 Fault = Union[Delay, MemoryPressure, Malformed, Crash, DropResponse]
-FAULT_TYPES: tuple[type, ...] = (Delay, MemoryPressure, Malformed, Crash, DropResponse)
+FAULT_TYPES: tuple[type[Fault], ...] = (Delay, MemoryPressure, Malformed, Crash, DropResponse)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +242,8 @@ class FaultInjector:
         return drawn if drawn is not None else _NOTHING
 
 
-def _reseal(bundle: HiddenBundle, **changes: object) -> HiddenBundle:
-    broken = replace(bundle, **changes)  # type: ignore[arg-type]
+def _reseal(bundle: HiddenBundle, **changes: Any) -> HiddenBundle:
+    broken = replace(bundle, **changes)
     return replace(
         broken,
         checksum=hidden_checksum(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from fakeshard.contract import ShardSpec
+from fakeshard.contract import InputBundle, OutputBundle, ShardSpec
 
 __all__ = ["ShardEngine"]
 
@@ -27,9 +27,9 @@ class ShardEngine(Protocol):
     @property
     def used_tokens(self) -> int: ...
 
-    def prefill(self, bundle: Any) -> Any: ...
+    def prefill(self, bundle: InputBundle) -> OutputBundle: ...
 
-    def decode(self, bundle: Any) -> Any: ...
+    def decode(self, bundle: InputBundle) -> OutputBundle: ...
 
     def cancel(self, session_id: str, epoch: int) -> None: ...
 

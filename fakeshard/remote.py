@@ -41,7 +41,7 @@ import httpx
 
 from fakeshard import wire
 from fakeshard.clock import Clock
-from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle
+from fakeshard.contract import HiddenBundle, InputBundle, OutputBundle, SampleBundle, ShardSpec, TokenBundle
 from fakeshard.engine import SessionView
 from fakeshard.errors import EngineCrashed, MalformedBundle, ResponseLost, ShardError
 from fakeshard.faults import FaultPlan, Fired
@@ -227,10 +227,10 @@ class RemoteShardEngine:
             raise out
         return out
 
-    def prefill(self, bundle: Any) -> Any:
+    def prefill(self, bundle: InputBundle) -> OutputBundle:
         return self._compute("prefill", bundle)
 
-    def decode(self, bundle: Any) -> Any:
+    def decode(self, bundle: InputBundle) -> OutputBundle:
         return self._compute("decode", bundle)
 
     def _close(self, op: str, session_id: Any, epoch: Any) -> None:
@@ -446,7 +446,8 @@ class _Shared:
         self.client = _new_client(30.0)
         self.server = None if self.remote else ServerThread(factory, time_scale=0.0,
                                                             factory_name=getattr(factory, "__name__", ""))
-        self.admin = ClusterClient({"control": self.remote or self.server.cluster.control_url})  # type: ignore[union-attr]
+        control = self.remote if self.server is None else self.server.cluster.control_url
+        self.admin = ClusterClient({"control": control})
         #: Nodes whose engines are gone, to remove from a running server. A finalizer only
         #: appends here: it may run inside any call, even one holding this pool's lock, so
         #: the removal itself waits for the next engine this factory makes (or exit).
@@ -522,6 +523,8 @@ def _fixture_factory(spec: ShardSpec, **kwargs: Any) -> Any:
     return FakeShardEngine(spec, **kwargs)
 
 
+# A factory's optional attribute (docs: how to test an engine); functions take attributes,
+# which their type does not say.
 _fixture_factory.fixture_choices = True  # type: ignore[attr-defined]
 
 #: The fixture engine, served: ``pytest --engine fakeshard.remote:served_engine``.

@@ -672,6 +672,7 @@ class ServerThread:
             raise
 
     def call(self, coro: Awaitable[Any]) -> Any:
+        # run_coroutine_threadsafe runs any awaitable coroutine; its annotation asks for a Coroutine.
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
 
     def add(self, spec: ShardSpec, **kwargs: Any) -> Node:

@@ -95,7 +95,7 @@ _KINDS: dict[str, type] = {
     "fault_rule": FaultRule,
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
-_FAULTS: dict[str, type] = {cls.type_name: cls for cls in FAULT_TYPES}  # type: ignore[attr-defined]
+_FAULTS: dict[str, type] = {cls.type_name: cls for cls in FAULT_TYPES}
 
 
 def fault_to_dict(fault: Any) -> dict[str, Any]:

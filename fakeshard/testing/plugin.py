@@ -21,6 +21,7 @@ Turn it off with ``-p no:fakeshard``.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -68,6 +69,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@dataclass
+class KitRun:
+    """The plugin's state for one pytest run, kept in ``config.stash[RUN]``."""
+
+    #: The engine factories under test, by ``module:callable`` name, and their evidence classes.
+    factories: dict[str, Callable[..., Any]]
+    classes: dict[str, str]
+    #: The coordinator factory's name (``--coordinator``).
+    coordinator_name: str
+    #: What the campaign's machines reached, by factory name, and which machines ran.
+    probes: dict[str, Counter[str]] = field(default_factory=dict)
+    machines_ran: set[tuple[str, str]] = field(default_factory=set)
+
+
+#: Where the plugin keeps its :class:`KitRun` on the pytest config.
+RUN = pytest.StashKey[KitRun]()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
@@ -80,13 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
             factories[name] = load_factory(name)
         except FactoryError as exc:
             raise pytest.UsageError(str(exc)) from None
-    config.fakeshard_factories = factories  # type: ignore[attr-defined]
-    config.fakeshard_classes = {n: evidence_class_of(f) for n, f in factories.items()}  # type: ignore[attr-defined]
-    # The first factory's name and class, for reports that name one engine.
-    config.fakeshard_factory_name = names[0]  # type: ignore[attr-defined]
-    config.fakeshard_evidence_class = config.fakeshard_classes[names[0]]  # type: ignore[attr-defined]
-    config.fakeshard_coordinator_name = (  # type: ignore[attr-defined]
-        config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR)
+    classes = {n: evidence_class_of(f) for n, f in factories.items()}
+    coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
+    config.stash[RUN] = KitRun(factories, classes, coordinator)
     _profiles(config)
 
 
@@ -112,13 +127,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"fakeshard engine factory: {name} (evidence class: {cls}; judged by "
             + ("the contract and the fixture's choices)" if makes_fixture_choices(factory)
                else "the contract alone)")
-            for (name, cls), factory in zip(config.fakeshard_classes.items(),  # type: ignore[attr-defined]
-                                            config.fakeshard_factories.values())]  # type: ignore[attr-defined]
+            for (name, cls), factory in zip(config.stash[RUN].classes.items(),
+                                            config.stash[RUN].factories.values())]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone."""
-    names = {id(f): n for n, f in config.fakeshard_factories.items()}  # type: ignore[attr-defined]
+    names = {id(f): n for n, f in config.stash[RUN].factories.items()}
     for item in items:
         marker = item.get_closest_marker("fixture_choice")
         callspec = getattr(item, "callspec", None)
@@ -137,9 +152,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     config = metafunc.config
     params = []
-    for name, factory in config.fakeshard_factories.items():  # type: ignore[attr-defined]
-        marker = "real_model" if config.fakeshard_classes[name] == "real-model" else "fixture"  # type: ignore[attr-defined]
-        params.append(pytest.param(factory, id=name if len(config.fakeshard_factories) > 1 else None,  # type: ignore[attr-defined]
+    run = config.stash[RUN]
+    for name, factory in run.factories.items():
+        marker = "real_model" if run.classes[name] == "real-model" else "fixture"
+        params.append(pytest.param(factory, id=name if len(run.factories) > 1 else None,
                                    marks=getattr(pytest.mark, marker)))
     metafunc.parametrize("engine_factory", params, scope="session")
 
@@ -147,8 +163,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def engine_factory_name(request: pytest.FixtureRequest, engine_factory: Callable[..., Any]) -> str:
     """The ``module:callable`` name of the factory under test."""
-    # The plugin's own attributes on the config, set by pytest_configure.
-    for name, factory in request.config.fakeshard_factories.items():  # type: ignore[attr-defined]
+    for name, factory in request.config.stash[RUN].factories.items():
         if factory is engine_factory:
             return name
     raise LookupError("engine_factory is not one of the named factories")  # pragma: no cover
@@ -195,6 +210,6 @@ def coordinator_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
     from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
 
     try:
-        return load_coordinator(request.config.fakeshard_coordinator_name)  # type: ignore[attr-defined]  # as above
+        return load_coordinator(request.config.stash[RUN].coordinator_name)
     except CoordinatorError as exc:
         raise pytest.UsageError(str(exc)) from None

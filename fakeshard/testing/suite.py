@@ -21,6 +21,7 @@ from fakeshard.testing.coordinating import FAULT_OUTCOMES, CoordinatorMachine
 from fakeshard.testing.failover import FailoverMachine
 from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
 from fakeshard.testing.parallel import run_parallel
+from fakeshard.testing.plugin import RUN
 from fakeshard.testing.regress import run_machine
 from fakeshard.testing.surface import SurfaceMachine
 
@@ -31,6 +32,7 @@ __all__ = ["test_ci_campaign_reaches_every_probe", "test_machine", "test_machine
 @pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine, SurfaceMachine],
                          ids=lambda m: m.machine_name)
 def test_machine(engine_factory, engine_factory_name, request, machine):
+    run = request.config.stash[RUN]
     reporter = reporter_for(machine.machine_name)
     config = MachineConfig.for_factory(engine_factory, engine_factory_name,
                                        on_step=reporter.tick if reporter else None)
@@ -42,16 +44,12 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
         failed = False
     finally:
         reached = probes.reached - before
-        by_factory = getattr(request.config, "fakeshard_probes", {})
-        by_factory.setdefault(engine_factory_name, Counter()).update(reached)
-        request.config.fakeshard_probes = by_factory
+        run.probes.setdefault(engine_factory_name, Counter()).update(reached)
         if reporter is not None:
             reporter.finish(config, reached, failed, config.saved,
-                            request.config.fakeshard_classes[engine_factory_name])
+                            request.config.stash[RUN].classes[engine_factory_name])
     assert config.runs > 0 and config.steps > 0
-    ran = getattr(request.config, "fakeshard_machines_ran", set())
-    ran.add((engine_factory_name, machine.machine_name))
-    request.config.fakeshard_machines_ran = ran
+    run.machines_ran.add((engine_factory_name, machine.machine_name))
 
 
 def test_machine_parallel(engine_factory, engine_factory_name, request):
@@ -67,7 +65,7 @@ def test_machine_parallel(engine_factory, engine_factory_name, request):
     finally:
         if reporter is not None:
             reporter.finish(config, probes.reached - before, failed, config.saved,
-                            request.config.fakeshard_classes[engine_factory_name])
+                            request.config.stash[RUN].classes[engine_factory_name])
     assert programs > 0 and config.steps > 0
 
 
@@ -77,7 +75,7 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     no call after release, every step within the stated budget."""
     reporter = reporter_for("coordinator")
     config = MachineConfig.for_factory(engine_factory, engine_factory_name, coordinator=coordinator_factory,
-                                       coordinator_name=request.config.fakeshard_coordinator_name,
+                                       coordinator_name=request.config.stash[RUN].coordinator_name,
                                        on_step=reporter.tick if reporter else None)
     before = probes.reached.copy()
     failed = True
@@ -89,7 +87,7 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
         reached = probes.reached - before
         if reporter is not None:
             reporter.finish(config, reached, failed, config.saved,
-                            request.config.fakeshard_classes[engine_factory_name])
+                            request.config.stash[RUN].classes[engine_factory_name])
     assert config.runs > 0 and config.steps > 0
     if profiles.is_ci() and whole_profile():  # a ci campaign puts the coordinator through every failing call
         unseen = sorted(o for o in FAULT_OUTCOMES if not reached[f"coordinator:call:{o}"])
@@ -102,8 +100,9 @@ def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, re
     if not whole_profile():
         pytest.skip("the probe requirement is made of the ci profile's own size; FAKESHARD_MAX_EXAMPLES "
                     "or FAKESHARD_STEPS made this campaign smaller")
-    ran = getattr(request.config, "fakeshard_machines_ran", set())
-    reached = Counter(getattr(request.config, "fakeshard_probes", {}).get(engine_factory_name, {}))
+    run = request.config.stash[RUN]
+    ran = run.machines_ran
+    reached = Counter(run.probes.get(engine_factory_name, {}))
     for machine in (SessionsMachine, FaultsMachine, FailoverMachine):
         # Run here what did not run in this process (selected out, or on another xdist worker).
         if (engine_factory_name, machine.machine_name) not in ran:
