@@ -21,6 +21,7 @@ built as one read-only float32 array in a few vector operations.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -64,10 +65,22 @@ def _splitmix(z: int) -> int:
     return z ^ (z >> 31)
 
 
+@functools.lru_cache(maxsize=4096)
 def _key(model_id: str, seed: int, what: str, index: int) -> int:
+    """A 64-bit key of the model, seed and layer: a pure function, so it is computed once."""
     text = f"fakeshard.hash-backend.v1\x00{model_id}\x00{seed}\x00{what}\x00{index}"
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(hidden_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column j >= 4 repeats limb j % 4 under a fixed mask: each column's limb, and its mask."""
+    cols = np.arange(hidden_size)
+    limb_of = cols & 3
+    masks = np.where(cols >= 4, (cols * 0x9E37) & 0xFFFF, 0).astype(np.uint16)
+    limb_of.flags.writeable = masks.flags.writeable = False
+    return limb_of, masks
 
 
 class HashBackend:
@@ -90,10 +103,7 @@ class HashBackend:
         self._inits = tuple(_key(model, s, "init", layer) for layer in layers)
         self._embed = _key(model, s, "embed", 0)
         self._sample = _key(model, s, "sample", 0)
-        # Column j >= 4 repeats limb j % 4 under a fixed mask.
-        cols = np.arange(spec.hidden_size)
-        self._limb_of = cols & 3
-        self._masks = np.where(cols >= 4, (cols * 0x9E37) & 0xFFFF, 0).astype(np.uint16)
+        self._limb_of, self._masks = _columns(spec.hidden_size)
         self._takes_tokens = spec.role.takes_tokens
         self._samples = spec.role.samples
 

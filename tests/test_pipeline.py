@@ -254,3 +254,28 @@ def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_a
     assert [streams([7, 8], n) for n in range(41)] == [whole[:n] for n in range(41)]
     assert factory.built <= 7  # 1, 2, 4, ... 64 tokens: not one generation per step
     assert streams([8, 7], 3) == Pipeline([FakeShardEngine(SPEC, seed=2)]).generate("r", [8, 7], 3)
+
+
+def test_a_feeder_extends_a_kept_history_by_a_decode_only_for_an_exact_factory():
+    from fakeshard import FakeShardEngine, TokenBundle
+    from fakeshard.feeder import Feeder
+
+    history = [3, 1, 4, 1, 5, 9, 2, 6]
+    whole = FakeShardEngine(SPEC.with_layers(0, 2), seed=5).prefill(TokenBundle("u", 0, 0, tuple(history))).array()
+    factory = _Counting()
+    feeder = Feeder(factory, SPEC.with_layers(2, 4), seed=5)
+    for n in range(3, len(history) + 1):  # a prompt of 3, then a token a step
+        rows = feeder.rows(history[:n])
+        assert np.array_equal(np.asarray(rows), whole[:n]) and not np.asarray(rows).flags.writeable
+    assert factory.built == 1  # one upstream engine, moved on by a decode each step
+    assert np.array_equal(np.asarray(feeder.rows(history[:4])), whole[:4])  # the rows it passed stay
+    assert factory.built == 1
+
+    class Tolerant(_Counting):
+        tolerance = 1e-3
+
+    tolerant = Tolerant()
+    feeder = Feeder(tolerant, SPEC.with_layers(2, 4), seed=5)
+    for n in range(3, len(history) + 1):
+        assert np.array_equal(np.asarray(feeder.rows(history[:n])), whole[:n])
+    assert tolerant.built == len(history) - 2  # within a tolerance, every history from 0
