@@ -94,23 +94,27 @@ class _HTTPError(Exception):
         self.code, self.message = code, message
 
 
+#: The answer of a call or admin action that returns nothing.
+_OK = {"kind": "ok", "contract": wire.CONTRACT_VERSION}
+
+
+def _error_status(code: str) -> int:
+    """The HTTP status of an engine error's code (the contract's table: ``ERROR_STATUS``)."""
+    return ERROR_STATUS.get(code, 500)
+
+
 def _error_body(code: str, message: str, session_id: Any = None, epoch: Any = None) -> dict[str, Any]:
     return {"kind": "error", "contract": wire.CONTRACT_VERSION, "code": code, "message": message,
             "session_id": session_id, "epoch": epoch}
 
 
 def _json(data: Any, status: int = 200, headers: Optional[dict[str, str]] = None) -> web.Response:
-    return web.Response(status=status, text=json.dumps(data), content_type="application/json",
+    return web.Response(status=status, text=json.dumps(data), content_type=wire.JSON_CONTENT_TYPE,
                         headers=headers)
 
 
 def _http_error(code: str, message: str) -> web.Response:
     return _json(_error_body(code, message), HTTP_ERROR_CODES[code])
-
-
-def _shard_error(err: ShardError, headers: dict[str, str]) -> web.Response:
-    return web.Response(status=ERROR_STATUS.get(err.code, 500), text=wire.dumps(err),
-                        content_type="application/json", headers=headers)
 
 
 @web.middleware
@@ -338,8 +342,8 @@ class Node:
             self._abort(request, reset=False)  # applied; the answer never leaves
             return _dropped()
         if error is not None:
-            body, content_type = wire.dumps(error).encode("utf-8"), "application/json"
-            status = ERROR_STATUS.get(error.code, 500)
+            body, content_type = wire.dumps(error).encode("utf-8"), wire.JSON_CONTENT_TYPE
+            status = _error_status(error.code)
         else:
             status = 200
         if self.partition == "reset":
@@ -397,12 +401,11 @@ class Node:
             session_id, epoch = None, None
         _, error, took = await self._run(getattr(self.engine, op), session_id, epoch)
         if error is None:
-            data = json.dumps({"kind": "ok", "contract": wire.CONTRACT_VERSION}).encode("utf-8")
-            return await self._answer(request, None, took, data, "application/json")
+            return await self._answer(request, None, took, json.dumps(_OK).encode("utf-8"), wire.JSON_CONTENT_TYPE)
         if session_id is None and epoch is None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{op}: the body must be a JSON object "
                                     '{"session_id": <string>, "epoch": <integer>}')
-        return await self._answer(request, error, took, b"", "application/json")
+        return await self._answer(request, error, took, b"", wire.JSON_CONTENT_TYPE)
 
     async def _cancel(self, request: web.Request) -> web.StreamResponse:
         return await self._close(request, "cancel")
@@ -561,7 +564,7 @@ class Cluster:
 
     @staticmethod
     def _ok() -> web.Response:
-        return _json({"kind": "ok", "contract": wire.CONTRACT_VERSION})
+        return _json(_OK)
 
     async def _list(self, request: web.Request) -> web.Response:
         return _json(self.roster())

@@ -48,7 +48,7 @@ from fakeshard import (
 from fakeshard.testing import probes, profiles
 from fakeshard.testing.draws import stable_draws
 from fakeshard.testing.linearizability import Op, Verdict, check, timeline
-from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing.trace import Trace, git_commit, hypothesis_version, stem
 
 CRASH_SESSION = "crash-now"
 SESSIONS = ("a", "b")
@@ -367,8 +367,6 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"
     if save_dir is not None:
-        from fakeshard.testing.regress import stem
-
         path = trace.save(save_dir, stem(trace))
         config.saved.append(str(path))
         message += f"\nfakeshard: trace saved to {path}"

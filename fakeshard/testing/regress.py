@@ -7,8 +7,7 @@ saved as JSON.  ``replay`` runs a saved trace step by step with no search.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -19,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fakeshard.testing import profiles
 from fakeshard.testing.draws import stable_draws
-from fakeshard.testing.trace import REGRESSIONS, Trace
+from fakeshard.testing.trace import REGRESSIONS, Trace, stem
 
 
 @dataclass
@@ -33,18 +32,20 @@ class ReplayResult:
     error_type: Optional[str] = None
 
 
+#: The step runner that replays each machine's traces, as ``(module, class)``, imported on first
+#: use; every runner has ``from_trace(trace, factory, factory_name, tolerance)``.  A machine
+#: missing here replays with the engine machines' runner (sessions, faults, surface).
+RUNNERS: dict[str, tuple[str, str]] = {
+    "failover": ("fakeshard.testing.failover", "FailoverRunner"),
+    "coordinator": ("fakeshard.testing.coordinating", "CoordinatorRunner"),
+}
+_ENGINE_RUNNER = ("fakeshard.testing.runner", "EngineRunner")
+
+
 def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float) -> Any:
-    if trace.machine == "failover":
-        from fakeshard.testing.failover import FailoverRunner
-
-        return FailoverRunner.from_trace(trace, factory, factory_name, tolerance)
-    if trace.machine == "coordinator":
-        from fakeshard.testing.coordinating import CoordinatorRunner
-
-        return CoordinatorRunner.from_trace(trace, factory, factory_name, tolerance)
-    from fakeshard.testing.runner import EngineRunner
-
-    return EngineRunner.from_trace(trace, factory, factory_name, tolerance)
+    module, name = RUNNERS.get(trace.machine, _ENGINE_RUNNER)
+    runner = getattr(importlib.import_module(module), name)
+    return runner.from_trace(trace, factory, factory_name, tolerance)
 
 
 def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
@@ -162,11 +163,6 @@ def simpler_plans(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
             if value is not None and value != now and (key != "nth" or value >= 1) \
                     and (key != "count" or now is None or value < now):
                 yield changed(k, i, {**rule, **simpler})
-
-
-def stem(trace: Trace) -> str:
-    body = json.dumps({"config": trace.config, "steps": trace.steps}, sort_keys=True)
-    return f"{trace.machine}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
 def run_machine(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -80,3 +81,10 @@ def hypothesis_version() -> str:
     except ImportError:  # pragma: no cover
         return "not installed"
     return hypothesis.__version__
+
+
+def stem(trace: Trace) -> str:
+    """The file name (without ``.json``) a trace is saved under: its machine and a digest of
+    its config and steps, so the same counterexample is saved once."""
+    body = json.dumps({"config": trace.config, "steps": trace.steps}, sort_keys=True)
+    return f"{trace.machine}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
