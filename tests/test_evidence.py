@@ -4,9 +4,12 @@ one small coordinator campaign written by the command."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from fakeshard.check import CheckOptions, CheckResult
 from tools.evidence import render, render_coordinator
@@ -86,3 +89,21 @@ def test_the_wheel_ships_no_repository_tooling():
     assert result.returncode == 2 and "invalid choice" in result.stderr
     for path in (ROOT / "fakeshard").rglob("*.py"):
         assert "DGR-032" not in path.read_text(encoding="utf-8"), path
+
+
+@pytest.mark.parametrize("folder", ["fixture", "real-model"])
+def test_a_committed_evidence_page_matches_the_code(folder):
+    """An evidence page is today's: its probe count and contract version are the code's, and
+    the commit it ran on is in this history (regenerate it with tools.evidence otherwise)."""
+    from fakeshard import CONTRACT_VERSION
+    from fakeshard.testing.probes import REQUIRED
+
+    text = (ROOT / "evidence" / "DGR-032" / folder / "README.md").read_text(encoding="utf-8")
+    reached, required = map(int, re.search(r"^\| probes reached \| (\d+)/(\d+) \|$", text, flags=re.M).groups())
+    assert required == len(REQUIRED) and reached == required, (reached, required, len(REQUIRED))
+    assert re.search(r"`docs/contract\.md` v(\S+?)\)", text).group(1) == CONTRACT_VERSION
+    commit = re.search(r"^\| git commit \| `([0-9a-f]{40})` \|$", text, flags=re.M).group(1)
+    known = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True)
+    if known.returncode not in (0, 1):
+        pytest.skip(f"no git history to look the commit up in: {known.stderr.decode()[:200]}")
+    assert known.returncode == 0, f"{folder}'s evidence ran on {commit}, which is not in this history"
