@@ -436,8 +436,10 @@ def loads(text: Union[str, bytes], *, max_chars: int = MAX_TEXT_CHARS) -> Any:
     """The value ``text`` encodes; :class:`MalformedBundle` for any bad text."""
     try:
         if isinstance(text, (bytes, bytearray)):
-            if len(text) > max_chars:
-                raise _Bad(f"text is {len(text)} bytes, over the limit of {max_chars}")
+            # A character is 1 to 4 bytes in UTF-8: more than 4 bytes a character cannot be
+            # within the limit, so such a text is refused before it is decoded.
+            if len(text) > 4 * max_chars:
+                raise _Bad(f"text is {len(text)} bytes, over the limit of {max_chars} characters")
             text = bytes(text).decode("utf-8")
         if not isinstance(text, str):
             raise _Bad(f"wire.loads takes str or bytes, got {type(text).__name__}")
@@ -549,11 +551,14 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
         if frame:
             text, payload = _split_frame(data, max_bytes)
         else:
-            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-            if not isinstance(text, str):
+            # The limit counts bytes (UTF-8, a str's as it would be sent), before any decoding.
+            size = len(data) if isinstance(data, (bytes, bytearray)) else \
+                len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else None
+            if size is None:
                 raise _Bad(f"expected str or bytes, got {type(data).__name__}")
-            if len(text) > max_bytes:
-                raise _Bad(f"text is {len(text)} characters, over the limit of {max_bytes}")
+            if size > max_bytes:
+                raise _Bad(f"text is {size} bytes, over the limit of {max_bytes}")
+            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
             payload = None
         obj = _json_object(text, strict=False)
         kind = obj.get("kind")

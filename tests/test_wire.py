@@ -244,6 +244,12 @@ def test_oversized_text_is_refused_before_parsing():
     with pytest.raises(MalformedBundle, match="over the limit"):
         wire.loads(text.encode(), max_chars=10)
     assert wire.loads(text, max_chars=len(text)).tokens == tuple(range(100))
+    # max_chars counts characters, however many bytes each takes in UTF-8 ("模型": 2 and 6).
+    raw = json.dumps(json.loads(wire.dumps(TokenBundle("模型", 0, 0, (1,)))), ensure_ascii=False)
+    for form in (raw, raw.encode("utf-8")):
+        assert wire.loads(form, max_chars=len(raw)).session_id == "模型"
+        with pytest.raises(MalformedBundle, match="over the limit"):
+            wire.loads(form, max_chars=len(raw) - 1)
 
 
 def test_nan_output_travels_and_is_refused_at_the_receiver():

@@ -250,9 +250,16 @@ def test_unchecked_reading_takes_bytes_and_text_up_to_the_limit():
     assert wire.loads_unchecked(text, max_bytes=len(text)) == token  # the limit itself is allowed
     with pytest.raises(MalformedBundle) as info:
         wire.loads_unchecked(text, max_bytes=len(text) - 1)
-    assert str(info.value) == f"wire: text is {len(text)} characters, over the limit of {len(text) - 1}"
+    assert str(info.value) == f"wire: text is {len(text)} bytes, over the limit of {len(text) - 1}"
     named = json.dumps({**_TOKEN, "session_id": "模型"}).encode("utf-8")  # UTF-8, whatever the locale
     assert wire.loads_unchecked(named).session_id == "模型"
+    # The limit counts bytes, whether the text comes as bytes or as a str: "模型" is 2
+    # characters and 6 bytes.
+    raw = json.dumps({**_TOKEN, "session_id": "模型"}, ensure_ascii=False)
+    for form in (raw, raw.encode("utf-8")):
+        assert wire.loads_unchecked(form, max_bytes=len(raw.encode("utf-8"))).session_id == "模型"
+        with pytest.raises(MalformedBundle, match="over the limit"):
+            wire.loads_unchecked(form, max_bytes=len(raw.encode("utf-8")) - 1)
 
 
 def test_unchecked_reading_takes_every_64_bit_integer_as_sent():
