@@ -506,18 +506,31 @@ def _json_object(text: str, strict: bool) -> dict[str, Any]:
     return data
 
 
+def _envelope(data: dict[str, Any], kinds: dict[str, type], payload: Optional[memoryview]) -> Any:
+    """What every reader checks of an object before its fields: its ``kind`` (one of ``kinds``,
+    or ``error``), that only a hidden bundle's frame carries a payload, and, for an error, the
+    contract version.  An error is returned read; otherwise the class of its kind."""
+    kind = data.get("kind")
+    cls = kinds.get(kind) if isinstance(kind, str) else None
+    if payload is not None and len(payload) and cls is not HiddenBundle:
+        raise _Bad(f"a frame of kind {kind!r} carries no payload, got {len(payload)} bytes")
+    if kind == "error":
+        if data.get("contract") != CONTRACT_VERSION:
+            raise _Bad(f"contract version {data.get('contract')!r} is not {CONTRACT_VERSION!r}")
+        return _error(data)
+    if cls is None:
+        raise _Bad(f"kind must be one of {sorted(kinds) + ['error']}, got {kind!r}")
+    return cls
+
+
 def _from_json(text: str, payload: Optional[memoryview]) -> Any:
     data = _json_object(text, strict=True)
     if data.get("contract") != CONTRACT_VERSION:
         raise _Bad(f"contract version {data.get('contract')!r} is not {CONTRACT_VERSION!r}")
-    kind = data.get("kind")
-    cls = _KINDS.get(kind) if isinstance(kind, str) else None
-    if payload is not None and len(payload) and cls is not HiddenBundle:
-        raise _Bad(f"a frame of kind {kind!r} carries no payload, got {len(payload)} bytes")
-    if kind == "error":
-        return _error(data)
-    if cls is None:
-        raise _Bad(f"kind must be one of {sorted(_KINDS) + ['error']}, got {kind!r}")
+    cls = _envelope(data, _KINDS, payload)
+    if isinstance(cls, ShardError):
+        return cls
+    kind = data["kind"]
     body = {k: v for k, v in data.items() if k != "kind"}
     if cls in (FaultPlan, FaultRule):
         body.pop("contract")
@@ -561,22 +574,14 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
             text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
             payload = None
         obj = _json_object(text, strict=False)
-        kind = obj.get("kind")
-        if kind == "error":
-            if payload is not None and len(payload):
-                raise _Bad("an error frame carries no payload")
-            if obj.get("contract") != CONTRACT_VERSION:
-                raise _Bad(f"contract version {obj.get('contract')!r} is not {CONTRACT_VERSION!r}")
-            return _error(obj)
-        cls = _BUNDLE_KINDS.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            raise _Bad(f"kind must be one of {sorted(_BUNDLE_KINDS)}, got {kind!r}")
+        cls = _envelope(obj, _BUNDLE_KINDS, payload)
+        if isinstance(cls, ShardError):
+            return cls
+        kind = obj["kind"]
         names = [f.name for f in dataclasses.fields(cls)]
         keys = set(obj) - {"kind"}
         if keys != set(names):
             raise _Bad(f"{kind} must have exactly the fields {sorted(names)}, got {sorted(keys)}")
-        if payload is not None and len(payload) and cls is not HiddenBundle:
-            raise _Bad(f"a frame of kind {kind!r} carries no payload, got {len(payload)} bytes")
         values = {}
         for name in names:
             value = obj[name]
