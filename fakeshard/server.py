@@ -48,11 +48,12 @@ from fakeshard.topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
 
 __all__ = [
     "API_VERSION",
-    "Cluster",
     "DELAY_HEADER",
     "ERROR_STATUS",
     "HTTP_ERROR_CODES",
     "PARTITION_MODES",
+    "ServedCluster",
+    "ServedNode",
     "ServerThread",
     "run_server",
 ]
@@ -210,7 +211,7 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class Node:
+class ServedNode:
     """One engine on its own listener."""
 
     def __init__(self, name: str, engine: Any, *, clock: Clock, time_scale: float, host: str,
@@ -465,7 +466,7 @@ def _dropped() -> web.Response:
     return web.Response(status=204)
 
 
-class Cluster:
+class ServedCluster:
     """Nodes and the control listener, on the running event loop."""
 
     def __init__(self, factory: EngineFactory, *, host: str = "127.0.0.1", time_scale: float = 1.0,
@@ -474,7 +475,7 @@ class Cluster:
             raise ValueError(f"time_scale must be a number >= 0, got {time_scale!r}")
         self.factory, self.factory_name = factory, factory_name
         self.host, self.time_scale = host, float(time_scale)
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[str, ServedNode] = {}
         self.stopped = asyncio.Event()
         self._control: Optional[web.AppRunner] = None
         self.control_port = 0
@@ -487,7 +488,7 @@ class Cluster:
     async def add(self, name: Optional[str], spec: ShardSpec, *, seed: int = 0,
                   capacity_tokens: Optional[int] = None, faults: Optional[FaultPlan] = None,
                   port: int = 0, clock: Optional[Clock] = None,
-                  time_scale: Optional[float] = None) -> Node:
+                  time_scale: Optional[float] = None) -> ServedNode:
         """Build an engine with the cluster's factory and serve it on its own port."""
         if name is None:
             self._next += 1
@@ -498,7 +499,7 @@ class Cluster:
             raise _HTTPError("conflict", f"a node named {name!r} exists")
         clock = clock if clock is not None else VirtualClock()
         engine = self.factory(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
-        node = Node(name, engine, clock=clock, time_scale=self.time_scale if time_scale is None else time_scale,
+        node = ServedNode(name, engine, clock=clock, time_scale=self.time_scale if time_scale is None else time_scale,
                     host=self.host, port=port)
         await node.start()
         self.nodes[name] = node
@@ -509,7 +510,7 @@ class Cluster:
         if node is not None:
             await node.close()
 
-    def node(self, name: str) -> Node:
+    def node(self, name: str) -> ServedNode:
         node = self.nodes.get(name)
         if node is None:
             raise _HTTPError("not_found", f"no node named {name!r}")
@@ -548,7 +549,7 @@ class Cluster:
 
     @classmethod
     async def from_topology(cls, topology: Topology, factory: EngineFactory, *, host: str = "127.0.0.1",
-                            time_scale: float = 1.0) -> "Cluster":
+                            time_scale: float = 1.0) -> "ServedCluster":
         cluster = cls(factory, host=host, time_scale=time_scale, factory_name=topology.engine)
         try:
             await cluster.start_control(topology.control_port)
@@ -654,7 +655,7 @@ class Cluster:
 
 
 class ServerThread:
-    """A :class:`Cluster` on its own event loop in a daemon thread, driven with plain calls."""
+    """A :class:`ServedCluster` on its own event loop in a daemon thread, driven with plain calls."""
 
     def __init__(self, factory: EngineFactory, *, host: str = "127.0.0.1", time_scale: float = 1.0,
                  factory_name: str = "", topology: Optional[Topology] = None) -> None:
@@ -662,10 +663,10 @@ class ServerThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="fakeshard-server", daemon=True)
         self._thread.start()
 
-        async def build() -> Cluster:
+        async def build() -> ServedCluster:
             if topology is not None:
-                return await Cluster.from_topology(topology, factory, host=host, time_scale=time_scale)
-            cluster = Cluster(factory, host=host, time_scale=time_scale, factory_name=factory_name)
+                return await ServedCluster.from_topology(topology, factory, host=host, time_scale=time_scale)
+            cluster = ServedCluster(factory, host=host, time_scale=time_scale, factory_name=factory_name)
             await cluster.start_control(0)
             return cluster
         try:
@@ -678,7 +679,7 @@ class ServerThread:
         # run_coroutine_threadsafe runs any awaitable coroutine; its annotation asks for a Coroutine.
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
 
-    def add(self, spec: ShardSpec, **kwargs: Any) -> Node:
+    def add(self, spec: ShardSpec, **kwargs: Any) -> ServedNode:
         return self.call(self.cluster.add(None, spec, **kwargs))
 
     def remove_soon(self, name: str) -> None:
@@ -714,7 +715,7 @@ def run_server(topology: Topology, *, host: str = "127.0.0.1", roster: Optional[
     out = out if out is not None else sys.stdout
 
     async def main() -> None:
-        cluster = await Cluster.from_topology(topology, factory, host=host, time_scale=time_scale)
+        cluster = await ServedCluster.from_topology(topology, factory, host=host, time_scale=time_scale)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cluster.stopped.set)
