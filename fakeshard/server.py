@@ -44,6 +44,8 @@ from fakeshard.contract import ShardSpec
 from fakeshard.errors import MalformedBundle, ResponseLost, ShardError
 from fakeshard.factory import EngineFactory
 from fakeshard.faults import FaultPlan
+from fakeshard.node_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from fakeshard.node_metrics import NodeMetrics
 from fakeshard.topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
 
 __all__ = [
@@ -234,6 +236,8 @@ class ServedNode:
         app.router.add_post("/v1/release", self._release)
         app.router.add_get(SESSIONS_PREFIX + r"{session_id:[\s\S]+}", self._session)  # any char, \n too
         app.router.add_get("/v1/state", self._state)
+        app.router.add_get("/metrics", self._metrics)
+        self.metrics = NodeMetrics(engine)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=3600)
 
     @property
@@ -370,6 +374,7 @@ class ServedNode:
         if isinstance(bundle, ShardError):  # an error object is no bundle either
             bundle, reason = UnreadableBody(), "wire: an error object is not a bundle"
         out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > _HEAVY_BYTES)
+        self.metrics.record(op, "ok" if error is None else error.code, took)
         if reason is not None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{error.message} ({reason})")
         if error is not None:
@@ -401,6 +406,7 @@ class ServedNode:
         else:
             session_id, epoch = None, None
         _, error, took = await self._run(getattr(self.engine, op), session_id, epoch)
+        self.metrics.record(op, "ok" if error is None else error.code, took)
         if error is None:
             return await self._answer(request, None, took, json.dumps(_OK).encode("utf-8"), wire.JSON_CONTENT_TYPE)
         if session_id is None and epoch is None and isinstance(error, MalformedBundle):
@@ -435,6 +441,11 @@ class ServedNode:
     async def _state(self, request: web.Request) -> web.StreamResponse:
         state, _, _ = await self._run(self._snapshot)
         return _json(state)
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        """``GET /metrics``: the node in Prometheus's text format (:mod:`fakeshard.node_metrics`)."""
+        text, _, _ = await self._run(self.metrics.exposition)
+        return web.Response(body=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     # -- admin ---------------------------------------------------------------
 
