@@ -297,8 +297,10 @@ def _float32_bits(hidden: Any) -> Optional[np.ndarray]:
             return None
         values = hidden
     else:
+        # The usual row of plain floats is one test in C; anything else is looked at value by value.
         if not isinstance(hidden, tuple) or not all(
-                isinstance(row, tuple) and all(map(_is_number, row)) for row in hidden):
+                isinstance(row, tuple) and (set(map(type, row)) <= _PLAIN_NUMBERS or all(map(_is_number, row)))
+                for row in hidden):
             return None
         if len({len(row) for row in hidden}) > 1:
             return None
