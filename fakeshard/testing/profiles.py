@@ -36,7 +36,7 @@ _SETTINGS: dict[str, dict[str, Any]] = {
                database=None, print_blob=False, suppress_health_check=[HealthCheck.too_slow]),
     "thorough": dict(parent=_BASE, max_examples=2000, stateful_step_count=80, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow]),
-    # ``fakeshard mutate``: every mutant runs the machines under this profile.  No shrinking
+    # ``python3 -m tools.mutate``: every mutant runs the machines under this profile.  No shrinking
     # (a mutant is judged by whether it fails, not by its smallest counterexample), and
     # derandomized, so every mutant meets the same interleavings.
     "mutate": dict(max_examples=25, stateful_step_count=25, deadline=None, derandomize=True,
