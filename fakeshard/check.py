@@ -52,11 +52,10 @@ _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
 #: tests (the tester, not what it tests), the command line and the demo.
 COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/cli.py", "*/fakeshard/demo.py",
-                 "*/fakeshard/__main__.py",
-                 "*/fakeshard/check.py", "*/fakeshard/evidence.py", "*/fakeshard/mutate.py", "*/fakeshard/schema.py",
+                 "*/fakeshard/__main__.py", "*/fakeshard/check.py", "*/fakeshard/schema.py",
                  "*/fakeshard/topology.py")
 #: The network transport: measured only when the engine under test is a served node.
-TRANSPORT_MODULES = ("*/fakeshard/server.py", "*/fakeshard/remote.py")
+TRANSPORT_MODULES = ("*/fakeshard/server.py", "*/fakeshard/remote.py", "*/fakeshard/node_metrics.py")
 #: What an engine of each evidence class cannot run: the other computation backend, and
 #: for the fixture (compared exactly) the judge's tolerance rules for real arithmetic.
 CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/judge.py"),
