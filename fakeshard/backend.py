@@ -129,8 +129,10 @@ class HashBackend:
         Python floats and an array of the same float32 values are one input.  A value beyond
         float32's range saturates at its largest finite value, as the real engine's does.
         """
-        first = np.asarray(inputs, dtype=np.float64)[:, :4]
-        first = np.clip(first, -_F32_MAX, _F32_MAX).astype(np.float32).astype(np.float64)
+        first = np.asarray(inputs)[:, :4]  # only the limbs' columns are converted
+        if first.dtype != np.float32:  # rows of Python numbers, or another dtype: read as float32
+            first = np.clip(first.astype(np.float64), -_F32_MAX, _F32_MAX).astype(np.float32)
+        first = first.astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             limbs = np.mod(np.rint((first + 1.0) * 32768.0), 65536.0).astype(np.uint64)
         return ((limbs << _LIMB_SHIFTS).sum(axis=1, dtype=np.uint64)).tolist()
