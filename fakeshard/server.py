@@ -510,8 +510,8 @@ class ServedCluster:
             raise _HTTPError("conflict", f"a node named {name!r} exists")
         clock = clock if clock is not None else VirtualClock()
         engine = self.factory(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
-        node = ServedNode(name, engine, clock=clock, time_scale=self.time_scale if time_scale is None else time_scale,
-                    host=self.host, port=port)
+        node = ServedNode(name, engine, clock=clock, host=self.host, port=port,
+                          time_scale=self.time_scale if time_scale is None else time_scale)
         await node.start()
         self.nodes[name] = node
         return node

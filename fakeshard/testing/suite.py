@@ -46,8 +46,7 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
         reached = probes.reached - before
         run.probes.setdefault(engine_factory_name, Counter()).update(reached)
         if reporter is not None:
-            reporter.finish(config, reached, failed, config.saved,
-                            request.config.stash[RUN].classes[engine_factory_name])
+            reporter.finish(config, reached, failed, config.saved, run.classes[engine_factory_name])
     assert config.runs > 0 and config.steps > 0
     run.machines_ran.add((engine_factory_name, machine.machine_name))
 
