@@ -55,7 +55,7 @@ COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/cli.py", "*/fakeshard/dem
                  "*/fakeshard/__main__.py", "*/fakeshard/check.py", "*/fakeshard/schema.py",
                  "*/fakeshard/topology.py")
 #: The network transport: measured only when the engine under test is a served node.
-TRANSPORT_MODULES = ("*/fakeshard/server.py", "*/fakeshard/remote.py", "*/fakeshard/node_metrics.py")
+TRANSPORT_MODULES = ("*/fakeshard/server/*", "*/fakeshard/remote/*")
 #: What an engine of each evidence class cannot run: the other computation backend, and
 #: for the fixture (compared exactly) the judge's tolerance rules for real arithmetic.
 CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/judge.py"),

@@ -67,3 +67,14 @@ def test_the_command_line_reference_has_every_command(site):
     for command in ("demo", "check", "replay", "serve", "schema"):
         assert f"fakeshard {command}" in page, command
     assert "--min-branch-coverage" in page and "--time-scale" in page
+
+
+def test_every_value_the_api_reference_writes_out_is_the_code_s():
+    """The constants the reference documents by hand (``py:data`` with a ``:value:``) hold those values."""
+    import ast
+
+    text = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    found = re.findall(r"\.\. py:data:: (\w+)\n   :module: ([\w.]+)\n(?:   :type: .*\n)?   :value: (.*)\n", text)
+    assert len(found) >= 7
+    for name, module, value in found:
+        assert getattr(importlib.import_module(module), name) == ast.literal_eval(value), (module, name)

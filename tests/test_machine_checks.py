@@ -12,6 +12,7 @@ import pytest
 from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
 from fakeshard.testing.failover import N_NODES, FailoverRunner
 from fakeshard.testing.runner import Divergence, equality_problem
+from fakeshard.wire import _encode, _format, _frame, _json, _read, _schema
 
 TAIL = 2  # node 2 serves the last range and is on the route at first
 
@@ -141,7 +142,7 @@ def _lenient_base64(monkeypatch):
     import binascii
 
     strict = binascii.a2b_base64
-    monkeypatch.setattr("fakeshard.wire.binascii.a2b_base64", lambda data, strict_mode=False: strict(data))
+    monkeypatch.setattr("fakeshard.wire._schema.binascii.a2b_base64", lambda data, strict_mode=False: strict(data))
 
 
 @pytest.mark.parametrize("index", range(5))
@@ -157,9 +158,8 @@ def test_a_reader_that_skips_what_base64_does_not_allow_is_caught(monkeypatch):
 
 def _lax_keys(which):
     """A stand-in for the readers' object hook that lets a key named twice through somewhere."""
-    from fakeshard import wire
 
-    strict = wire._unique_keys
+    strict = _json._unique_keys
 
     def hook(pairs):
         if which == "last":  # plain json.loads: the last value wins
@@ -187,9 +187,8 @@ def test_key_twice_writes_the_key_again_last_in_the_object_named():
 
 @pytest.mark.parametrize(("which", "index"), [("last", 0), ("agreeing", 0), ("nested", 1), ("nested", 2)])
 def test_a_reader_that_takes_a_key_named_twice_is_caught(monkeypatch, which, index):
-    from fakeshard import wire
 
-    monkeypatch.setattr(wire, "_unique_keys", _lax_keys(which))
+    monkeypatch.setattr(_json, "_unique_keys", _lax_keys(which))
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _reader_edges(index)
 
@@ -467,9 +466,9 @@ def test_a_fault_rule_sent_without_its_contract_version_is_caught(monkeypatch):
 
 
 def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
-    from fakeshard import TokenBundle, wire
+    from fakeshard import TokenBundle
 
-    monkeypatch.setattr(wire, "_MAX_HEADER_BYTES", 2**20 - 1)
+    monkeypatch.setattr(_frame, "MAX_HEADER_BYTES", 2**20 - 1)
     with pytest.raises(MalformedBundle):
         _surface(TokenBundle("s", 0, 0, (1, 2))).reader_edges(index=0)
 
@@ -730,10 +729,10 @@ def _signed_split_frame(data, max_bytes):
     from fakeshard import wire
 
     if len(data) < 8 or data[:4] != wire.FRAME_MAGIC:
-        raise wire._Bad("no frame")
+        raise _format.Bad("no frame")
     (size,) = struct.unpack_from("<i", data, 4)
-    if size > wire._MAX_HEADER_BYTES or 8 + size > len(data):
-        raise wire._Bad("header does not fit")
+    if size > _frame.MAX_HEADER_BYTES or 8 + size > len(data):
+        raise _format.Bad("header does not fit")
     return bytes(data[8:8 + size]).decode("utf-8"), memoryview(bytes(data))[8 + size:]
 
 
@@ -742,9 +741,8 @@ def test_a_frame_length_of_2_to_the_31_passes_the_reader_as_it_is():
 
 
 def test_a_frame_reader_that_reads_its_length_signed_is_caught(monkeypatch):
-    from fakeshard import wire
 
-    monkeypatch.setattr(wire, "_split_frame", _signed_split_frame)
+    monkeypatch.setattr(_frame, "split", _signed_split_frame)
     _surface()._send_binary(1, "none", "frame")  # the stand-in reads right frames
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _surface()._send_binary(1, "header_length_signed", "frame")
@@ -851,11 +849,11 @@ def _old_float64_rows(hidden):
 
 @pytest.mark.parametrize("case", ["none_array", "text_array", "bool_array", "none_binary", "bool_binary"])
 def test_a_conversion_that_reads_what_is_no_number_as_a_number_is_caught(monkeypatch, case):
-    from fakeshard import contract, wire
+    from fakeshard import contract
 
     _surface()._binary_edge(case)  # passes as it is
     monkeypatch.setattr(contract, "_float64_rows", _old_float64_rows)
-    monkeypatch.setattr(wire, "_float64_rows", _old_float64_rows)
+    monkeypatch.setattr(_encode, "_float64_rows", _old_float64_rows)
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _surface()._binary_edge(case)
 
@@ -874,10 +872,10 @@ def test_an_array_refusal_that_names_no_bundle_is_caught(monkeypatch):
 def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
     import warnings
 
-    from fakeshard import contract, wire
+    from fakeshard import contract
 
     _surface()._binary_edge("no_warnings")
-    module, name = (contract, "hidden_checksum") if where == "checksum" else (wire, "_binary_values")
+    module, name = (contract, "hidden_checksum") if where == "checksum" else (_encode, "_binary_values")
     original = getattr(module, name)
 
     def loud(*args, **kw):
@@ -890,26 +888,24 @@ def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
 
 
 def test_a_dtype_that_cannot_be_looked_up_must_still_be_a_value_error(monkeypatch):
-    from fakeshard import wire
 
     _surface()._binary_edge("dumps_dtype_list")
-    original = wire._binary_values
+    original = _encode._binary_values
 
     def unhashable(bundle, dtype):
         {dtype: None}  # a list is no key: TypeError
         return original(bundle, dtype)
 
-    monkeypatch.setattr(wire, "_binary_values", unhashable)
+    monkeypatch.setattr(_encode, "_binary_values", unhashable)
     with pytest.raises(TypeError, match="unhashable"):
         _surface()._binary_edge("dumps_dtype_list")
 
 
 @pytest.mark.parametrize("what", ["array_row_binary", "range_row_base64"])
 def test_a_binary_form_that_reads_a_row_which_is_no_tuple_is_caught(monkeypatch, what):
-    from fakeshard import wire
 
     _surface()._binary_edge(what)
-    original = wire._binary_values
+    original = _encode._binary_values
 
     def lenient(bundle, dtype):  # rows read by numpy, whatever holds them
         if not isinstance(bundle.hidden, np.ndarray):
@@ -917,7 +913,7 @@ def test_a_binary_form_that_reads_a_row_which_is_no_tuple_is_caught(monkeypatch,
                                   tuple(tuple(float(v) for v in row) for row in bundle.hidden), bundle.checksum)
         return original(bundle, dtype)
 
-    monkeypatch.setattr(wire, "_binary_values", lenient)
+    monkeypatch.setattr(_encode, "_binary_values", lenient)
     with pytest.raises(AssertionError):
         _surface()._binary_edge(what)
 
@@ -927,11 +923,11 @@ def _reader_edges_of(value):
 
 
 def test_a_transport_reading_that_lets_a_token_beyond_64_bits_through_is_caught(monkeypatch):
-    from fakeshard import TokenBundle, wire
+    from fakeshard import TokenBundle
 
     _reader_edges_of(TokenBundle("s", 0, 0, (1, 2)))
-    int64 = wire._int64
-    monkeypatch.setattr(wire, "_int64", lambda value, path: value if "[" in path else int64(value, path))
+    int64 = _read.int64
+    monkeypatch.setattr(_read, "int64", lambda value, path: value if "[" in path else int64(value, path))
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _reader_edges_of(TokenBundle("s", 0, 0, (1, 2)))
 
@@ -956,13 +952,12 @@ def test_a_transport_reading_that_holds_hidden_values_to_64_bits_is_caught(monke
 
 
 def test_an_error_reader_that_lets_a_missing_field_through_is_caught(monkeypatch):
-    from fakeshard import wire
     from fakeshard.errors import ERROR_CODES
 
     error = ERROR_CODES["cache_miss"]("m", session_id="s", epoch=0, expected=0, got=1)
     _reader_edges_of(error)
-    read = wire._error
-    monkeypatch.setattr(wire, "_error", lambda data: read({"message": "", **data}))
+    read = _schema._error
+    monkeypatch.setattr(_schema, "_error", lambda data: read({"message": "", **data}))
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _reader_edges_of(error)
 
@@ -975,9 +970,9 @@ def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatc
     positions = {"expected": 0, "got": 1} if code == "cache_miss" else {}
     error = ERROR_CODES[code]("m", session_id="s", epoch=0, **positions)
     _reader_edges_of(error)
-    read = wire._error
+    read = _schema._error
     own = set(json.loads(wire.dumps(error)))  # the keys this error's code has
-    monkeypatch.setattr(wire, "_error", lambda data: read({k: v for k, v in data.items() if k in own}))
+    monkeypatch.setattr(_schema, "_error", lambda data: read({k: v for k, v in data.items() if k in own}))
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _reader_edges_of(error)
 

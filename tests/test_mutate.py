@@ -34,13 +34,14 @@ ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
 
 
 def test_the_mutated_modules_are_those_that_carry_contract_logic():
+    wire = [f"wire.{m}" for m in ("_encode", "_format", "_frame", "_json", "_read", "_schema")]
     assert sorted(modules()) == sorted(f"fakeshard.{m}" for m in
-                                       ("engine", "faults", "contract", "wire", "pipeline", "backend"))
+                                       ("engine", "faults", "contract", *wire, "pipeline", "backend"))
 
 
 def test_a_mutant_name_gives_its_module():
     assert module_of(ENGINE + "decode__mutmut_3") == "fakeshard.engine"
-    assert module_of("fakeshard.wire.x_loads__mutmut_12") == "fakeshard.wire"
+    assert module_of("fakeshard.wire._read.x_loads__mutmut_12") == "fakeshard.wire._read"
     with pytest.raises(MutateError, match="not a mutmut mutant name"):
         module_of("fakeshard.wire.loads")
 
@@ -150,52 +151,49 @@ def _run(statuses: dict[str, str]) -> MutationRun:
 
 
 def test_the_report_counts_each_module_and_gives_every_survivor_its_reason(tmp_path):
-    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
-                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(40)}
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(40)}
     statuses[ENGINE + "__repr____mutmut_1"] = "survived"
-    statuses["fakeshard.wire.x_g__mutmut_1"] = "no tests"
-    statuses["fakeshard.wire.x_g__mutmut_2"] = "timeout"
+    statuses["fakeshard.wire._read.x_g__mutmut_1"] = "no tests"
+    statuses["fakeshard.wire._read.x_g__mutmut_2"] = "timeout"
     (tmp_path / "reasons.json").write_text(json.dumps(
         [{"mutants": ENGINE + "__repr__*", "reason": "a repr is no part of the contract"}]), encoding="utf-8")
     options = MutateOptions(workers=2, dest=tmp_path)
     assert write_report(_run(statuses), options, argv=[]) is True
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "**Met**" in text and "20.6 minutes with 2 workers" in text
-    assert "| `fakeshard.wire` | 42 | 40 | 1 | 0 | 1 | 0 | 0 | 97.6% |" in text
+    assert "| `fakeshard.wire._read` | 42 | 40 | 1 | 0 | 1 | 0 | 0 | 97.6% |" in text
     assert "| `fakeshard.engine` | 41 | 40 | 0 | 1 | 0 | 0 | 0 | 97.6% |" in text
     assert "a repr is no part of the contract" in text and "(no reason given)" in text
-    assert "+new fakeshard.wire.x_g__mutmut_1" in text
+    assert "+new fakeshard.wire._read.x_g__mutmut_1" in text
     data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert data["goal_met"] is True and data["modules"]["fakeshard.wire"] == {"killed": 40, "no tests": 1,
+    assert data["goal_met"] is True and data["modules"]["fakeshard.wire._read"] == {"killed": 40, "no tests": 1,
                                                                             "timeout": 1}
     assert data["not_killed"][ENGINE + "__repr____mutmut_1"]["reason"] == "a repr is no part of the contract"
 
 
 def test_the_report_gives_the_score_of_what_the_contract_sees(tmp_path):
-    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
-                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(20)}
-    statuses.update({f"fakeshard.wire.x_g__mutmut_{i}": "survived" for i in range(4)})  # 83.3%: under the goal
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(20)}
+    statuses.update({f"fakeshard.wire._read.x_g__mutmut_{i}": "survived" for i in range(4)})  # 83.3%: under the goal
     run = _run(statuses)
-    run.diffs["fakeshard.wire.x_g__mutmut_0"] = _diff('    raise _Bad(f"bad {x}")', '    raise _Bad(None)')
-    run.diffs["fakeshard.wire.x_g__mutmut_1"] = _diff('    raise _Bad("bad")', '    raise _Bad("XXbadXX")')
-    run.diffs["fakeshard.wire.x_g__mutmut_2"] = _diff("    y = 1", "    y = 2")
+    run.diffs["fakeshard.wire._read.x_g__mutmut_0"] = _diff('    raise _Bad(f"bad {x}")', '    raise _Bad(None)')
+    run.diffs["fakeshard.wire._read.x_g__mutmut_1"] = _diff('    raise _Bad("bad")', '    raise _Bad("XXbadXX")')
+    run.diffs["fakeshard.wire._read.x_g__mutmut_2"] = _diff("    y = 1", "    y = 2")
     (tmp_path / "reasons.json").write_text(json.dumps(
-        [{"mutants": "fakeshard.wire.x_g__mutmut_2", "reason": "equivalent: y is never read"}]), encoding="utf-8")
+        [{"mutants": "fakeshard.wire._read.x_g__mutmut_2", "reason": "equivalent: y is never read"}]), encoding="utf-8")
     assert write_report(run, MutateOptions(dest=tmp_path), argv=[]) is False
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
-    assert "| `fakeshard.wire` | 24 | 1 | 2 | 1 | 95.2% |" in text  # 20 of 21
+    assert "| `fakeshard.wire._read` | 24 | 1 | 2 | 1 | 95.2% |" in text  # 20 of 21
     assert "By it the goal is **met**" in text
-    assert "### `fakeshard.wire.x_g__mutmut_0` (survived, contract-free)\n\nthe words of a message" in text
-    assert "### `fakeshard.wire.x_g__mutmut_3` (survived, gap)\n\n(no reason given)" in text
+    assert "### `fakeshard.wire._read.x_g__mutmut_0` (survived, contract-free)\n\nthe words of a message" in text
+    assert "### `fakeshard.wire._read.x_g__mutmut_3` (survived, gap)\n\n(no reason given)" in text
     data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert data["goal_met"] is False and data["goal_met_by_what_the_contract_sees"] is True
-    assert data["score_of_what_the_contract_sees"]["fakeshard.wire"] == 95.24
-    assert data["not_killed"]["fakeshard.wire.x_g__mutmut_2"]["class"] == "equivalent"
+    assert data["score_of_what_the_contract_sees"]["fakeshard.wire._read"] == 95.24
+    assert data["not_killed"]["fakeshard.wire._read.x_g__mutmut_2"]["class"] == "equivalent"
 
 
 def test_one_module_under_the_goal_fails_the_goal(tmp_path):
-    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
-                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(100)}
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(100)}
     statuses.update({f"fakeshard.backend.x_h__mutmut_{i}": "survived" for i in range(12)})  # 89.3%
     assert score(Counter(killed=100, survived=12)) < 90  # and 98% overall
     assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
@@ -203,8 +201,7 @@ def test_one_module_under_the_goal_fails_the_goal(tmp_path):
 
 
 def test_a_run_stopped_before_every_mutant_was_tested_does_not_meet_the_goal(tmp_path):
-    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
-                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(10)}
     statuses["fakeshard.engine.x_g__mutmut_1"] = "not checked"
     assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
 
@@ -252,8 +249,7 @@ def test_the_checkout_collects_only_the_machines_for_the_machines_command():
 
 
 def test_the_machines_report_names_its_command(tmp_path):
-    statuses = {f"fakeshard.{m}.x_f__mutmut_{i}": "killed"
-                for m in ("engine", "faults", "contract", "wire", "pipeline", "backend") for i in range(10)}
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(10)}
     run = _run(statuses)
     run.tests = "machines"
     write_report(run, MutateOptions(dest=tmp_path, tests="machines"), argv=["--tests", "machines"])

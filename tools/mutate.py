@@ -127,9 +127,13 @@ def _mutmut_config(root: Path) -> dict[str, Any]:
 
 
 def modules(root: Optional[Path] = None) -> list[str]:
-    """The dotted names of the modules mutmut mutates (``only_mutate``)."""
-    config = _mutmut_config(root or _root())
-    return [p[:-3].replace("/", ".") for p in config["only_mutate"]]
+    """The dotted names of the modules mutmut mutates (``only_mutate``, paths and globs)."""
+    root = root or _root()
+    config = _mutmut_config(root)
+    found = [path.relative_to(root).with_suffix("") for pattern in config["only_mutate"]
+             for path in sorted(root.glob(pattern))]
+    # A package's __init__ holds its imports only: nothing to mutate.
+    return [".".join(p.parts) for p in found if p.name != "__init__"]
 
 
 def module_of(name: str) -> str:

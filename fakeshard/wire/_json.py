@@ -1,0 +1,60 @@
+"""JSON as every reader of fakeshard's JSON reads it: no key named twice, one object."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Union
+
+from fakeshard.wire._format import Bad
+
+
+def _reject_constant(name: str) -> Any:
+    raise Bad(f"non-finite number {name} is not allowed")
+
+
+class RepeatedKey(ValueError):
+    """A JSON object that names one key twice (readers in other languages differ on which counts)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"a JSON object names the key {key!r} twice")
+            seen.add(key)
+    return data
+
+
+def read_json(text: Union[str, bytes]) -> Any:
+    """``json.loads`` as every reader of fakeshard's JSON uses it: an object naming a key twice
+    is refused (``RepeatedKey``, a ``ValueError``), as a reader in another language could take
+    either of the two values. ``json.JSONDecodeError`` and ``RecursionError`` pass as they come.
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def json_object(text: str, strict: bool) -> dict[str, Any]:
+    """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant if strict else None,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise Bad("JSON is nested too deeply") from None
+    except RepeatedKey as exc:
+        raise Bad(str(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise Bad(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise Bad(f"expected a JSON object, got {json_type(data)}")
+    return data
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {str: "a string", int: "an integer", float: "a number", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
