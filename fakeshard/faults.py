@@ -1,7 +1,8 @@
 """Declarative, seeded fault injection.
 
 A :class:`FaultPlan` is data: rules and a seed, JSON-serialisable through
-:mod:`fakeshard.wire`.  An engine turns its plan into a :class:`FaultInjector`
+:mod:`fakeshard.wire` (a rule and each fault record are dataclasses-json classes, whose
+``to_dict`` gives their fields as JSON values).  An engine turns its plan into a :class:`FaultInjector`
 of its own (counters and a ``random.Random(plan.seed)``), so the same plan
 given to two engines replays the same way on each.  The injector only says
 what fires on a call; the engine applies it at the points the contract names.
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
+from dataclasses_json import DataClassJsonMixin
 
 from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, hidden_checksum
 
@@ -46,7 +48,7 @@ def _is_int(value: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Delay:
+class Delay(DataClassJsonMixin):
     """The call takes ``seconds`` longer on the engine's clock; result unchanged."""
 
     seconds: float
@@ -59,7 +61,7 @@ class Delay:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryPressure:
+class MemoryPressure(DataClassJsonMixin):
     """``None``: the call's allocation fails; a number: that much capacity is unavailable."""
 
     reserve_tokens: Optional[int] = None
@@ -75,7 +77,7 @@ class MemoryPressure:
 
 
 @dataclass(frozen=True, slots=True)
-class Malformed:
+class Malformed(DataClassJsonMixin):
     """The call is applied but its output breaks the contract in the named way."""
 
     kind: str
@@ -87,14 +89,14 @@ class Malformed:
 
 
 @dataclass(frozen=True, slots=True)
-class Crash:
+class Crash(DataClassJsonMixin):
     """The engine goes down before applying the call."""
 
     type_name: ClassVar[str] = "crash"
 
 
 @dataclass(frozen=True, slots=True)
-class DropResponse:
+class DropResponse(DataClassJsonMixin):
     """The call is applied; the caller gets ``ResponseLost``."""
 
     type_name: ClassVar[str] = "drop_response"
@@ -105,7 +107,7 @@ FAULT_TYPES: tuple[type[Fault], ...] = (Delay, MemoryPressure, Malformed, Crash,
 
 
 @dataclass(frozen=True, slots=True)
-class FaultRule:
+class FaultRule(DataClassJsonMixin):
     """Fire ``fault`` on the ``nth`` matching call and the ``count - 1`` after it.
 
     ``count=None`` fires on every matching call from the ``nth`` on.  A call
@@ -123,7 +125,8 @@ class FaultRule:
 
     def __post_init__(self) -> None:
         if not isinstance(self.fault, FAULT_TYPES):
-            raise TypeError(f"FaultRule.fault must be a fault record, got {type(self.fault).__name__}")
+            got = f"the class {self.fault.__name__}" if isinstance(self.fault, type) else type(self.fault).__name__
+            raise TypeError(f"FaultRule.fault must be a fault record, got {got}")
         if self.op != "any" and self.op not in OPS:
             raise ValueError(f"FaultRule.op must be 'any' or one of {OPS}, got {self.op!r}")
         if self.session_id is not None and not isinstance(self.session_id, str):

@@ -496,7 +496,7 @@ def test_bad_fault_records_name_the_field(make, match):
     (lambda: FaultRule(Crash(), probability="0.5"), ValueError, "FaultRule.probability must be in [0, 1], got '0.5'"),
     (lambda: FaultRule(Crash(), probability=None), ValueError, "FaultRule.probability must be in [0, 1], got None"),
     (lambda: FaultRule("crash"), TypeError, "FaultRule.fault must be a fault record, got str"),
-    (lambda: FaultRule(Crash), TypeError, "FaultRule.fault must be a fault record, got type"),
+    (lambda: FaultRule(Crash), TypeError, "FaultRule.fault must be a fault record, got the class Crash"),
     (lambda: FaultPlan(("not a rule",)), TypeError, "FaultPlan.rules must be a sequence of FaultRule"),
     (lambda: FaultPlan(FaultRule(Crash())), TypeError, "FaultPlan.rules must be a sequence of FaultRule"),
 ])

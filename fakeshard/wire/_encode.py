@@ -22,10 +22,9 @@ def fault_to_dict(fault: Any) -> dict[str, Any]:
     return {"type": fault.type_name, **_record_dict(fault)}
 
 
-def _record_dict(record: Any) -> dict[str, Any]:
+def _record_dict(record: DataClassJsonMixin) -> dict[str, Any]:
     """A fault record's or a rule's fields as JSON values, by dataclasses-json."""
-    # dataclasses-json's to_dict reads any dataclass; only its annotation asks for its mixin.
-    return DataClassJsonMixin.to_dict(record)
+    return record.to_dict()
 
 
 def to_dict(obj: Any, hidden: Any = None) -> dict[str, Any]:
