@@ -1,7 +1,7 @@
 """``fakeshard check``: a state-machine campaign under coverage, with progress and a summary.
 
 The campaign runs ``pytest`` on the kit's campaign module,
-``fakeshard/testing/suite.py`` (the machines and, for a full ``ci`` campaign,
+``fakeshard/testing/suite.py`` (the machines, the engine checks and, for a full ``ci`` campaign,
 the probe check), in a subprocess under coverage.py with branch coverage of
 the installed ``fakeshard`` package (the kit itself left out); ``--workers N`` spreads it with pytest-xdist, and
 coverage
@@ -216,7 +216,9 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
     # Only the machines: the probe requirement is judged here, from every machine's summary
     # (whichever xdist worker ran it), not by the suite's probe test, which would run again
     # the machines that ran on the other workers.
-    selected = " or ".join(options.machines)
+    # The engine checks run with any engine machine.
+    engine_checks = ("engine_passes_check",) if set(options.machines) & set(ENGINE_MACHINES) else ()
+    selected = " or ".join(options.machines + engine_checks)
     cmd += ["-q", "-p", "no:cacheprovider", f"--hypothesis-profile=fakeshard-{options.profile}",
             f"--engine={options.engine}", "-k", selected]
     if options.coordinator is not None:

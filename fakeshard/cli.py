@@ -48,7 +48,8 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help="where failing machines save reduced traces (default: $FAKESHARD_TRACES_DIR, else "
                         "stateful/regressions in the checkout, else .fakeshard/traces)")
     p.add_argument("--min-branch-coverage", type=float, default=None,
-                   help="fail if branch coverage of fakeshard/ from the machines is below this percent")
+                   help="fail if branch coverage of fakeshard/ from the campaign (machines and engine checks) "
+                        "is below this percent")
     p.add_argument("--certify", action="store_true",
                    help="require a real-model engine (refused for fixture engines)")
     p.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
@@ -129,7 +130,7 @@ def _check(args: argparse.Namespace) -> int:
     out.write(f"probes reached: {len(set(result.probes) & required)}/{len(required)}{unreached}\n")
     if result.coverage:
         c = result.coverage
-        out.write(f"coverage of fakeshard/ from the machines: {c['branch_percent']:.1f}% of branches "
+        out.write(f"coverage of fakeshard/ from the campaign: {c['branch_percent']:.1f}% of branches "
                   f"({c['covered_branches']}/{c['branches']}), {c['percent']:.1f}% combined; "
                   f"reports: {c['json']}, {c['html']}\n")
     out.write(f"elapsed: {result.elapsed:.1f}s\n")

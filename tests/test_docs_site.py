@@ -23,7 +23,8 @@ from sphinx.util.inventory import InventoryFile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The modules the API reference documents, each exactly by its ``__all__``.
-DOCUMENTED = ("fakeshard", "fakeshard.wire", "fakeshard.remote", "fakeshard.real", "fakeshard.testing")
+DOCUMENTED = ("fakeshard", "fakeshard.wire", "fakeshard.remote", "fakeshard.real", "fakeshard.testing",
+              "fakeshard.testing.checks")
 
 
 @pytest.fixture(scope="module")

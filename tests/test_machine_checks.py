@@ -9,10 +9,22 @@ import json
 import numpy as np
 import pytest
 
-from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, HiddenBundle, Malformed, MalformedBundle, Pipeline
+from fakeshard import (
+    Delay,
+    FakeShardEngine,
+    FaultPlan,
+    FaultRule,
+    HiddenBundle,
+    Malformed,
+    MalformedBundle,
+    MemoryPressure,
+    Pipeline,
+    TokenBundle,
+)
 from fakeshard.testing.failover import N_NODES, FailoverRunner
 from fakeshard.testing.runner import Divergence, equality_problem
 from fakeshard.wire import _encode, _format, _frame, _json, _read, _schema
+from tests import wire_edges
 
 TAIL = 2  # node 2 serves the last range and is on the route at first
 
@@ -129,13 +141,15 @@ def test_a_view_of_another_session_is_caught():
         runner.run(step)
 
 
-def _reader_edges(index):
-    from fakeshard.testing.machines import MachineConfig
-    from fakeshard.testing.surface import SurfaceMachine
+#: Values of each kind the readers take: bundles, a plan, a rule, both hidden forms.
+_VALUES = (TokenBundle("s", 0, 0, (1, 2)), FaultPlan((FaultRule(Delay(1.0)),), seed=3),
+           HiddenBundle.sealed("s", 1, 2, 1, [(0.5, -0.25, 0.0, 1.0), (0.125, 0.0, 1.5, -2.0)]),
+           FaultRule(MemoryPressure(2), "decode", "s", 2, None, 0.5),
+           HiddenBundle.sealed("s", 3, 0, 2, np.array([[0.1, 1 / 3, -2.7, 1e-3]], dtype=np.float32)))
 
-    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
-    machine.seed_pool()
-    machine.reader_edges(index=index)
+
+def _reader_edges(index):
+    wire_edges.reader_edges(_VALUES[index % len(_VALUES)], index)
 
 
 def _lenient_base64(monkeypatch):
@@ -178,7 +192,7 @@ def _lax_keys(which):
 
 
 def test_key_twice_writes_the_key_again_last_in_the_object_named():
-    from fakeshard.testing.surface import key_twice
+    from tests.wire_edges import key_twice
 
     doc = {"a": [{"b": 1}], "c": 2}
     assert key_twice(doc, ("a", 0), "b", 3) == '{"a": [{"b": 1, "b": 3}], "c": 2}'
@@ -261,11 +275,7 @@ def test_a_checksum_break_that_leaves_a_checksum_starting_with_0_right_is_caught
 
 
 def _bundle_rules(session_id="s", epoch=0):
-    from fakeshard.testing.machines import MachineConfig
-    from fakeshard.testing.surface import SurfaceMachine
-
-    machine = SurfaceMachine(MachineConfig(FakeShardEngine, "fakeshard:FakeShardEngine"))
-    machine.bundle_rules(session_id=session_id, epoch=epoch)
+    wire_edges.bundle_rules(session_id, epoch)
 
 
 @pytest.mark.parametrize("session_id, epoch", [("s", 0), ("s\udc80", 5), ("", 0), (3, -1), ("s", True)])
@@ -274,7 +284,7 @@ def test_the_bundle_rules_pass_validate_as_it_is(session_id, epoch):
 
 
 def test_the_machines_checksum_gives_the_contracts_test_vectors():
-    from fakeshard.testing.surface import contract_checksum
+    from tests.wire_edges import contract_checksum
 
     # docs/contract.md, "The hidden checksum": the table's four vectors.
     row = [0.5, -0.25, 0.0, 1.0]
@@ -327,7 +337,7 @@ def test_a_sealed_that_turns_an_array_into_rows_is_caught(monkeypatch):
 
 
 def _validate_broken(monkeypatch, wrong):
-    """The surface machine's ``validate`` replaced by one that breaks a rule where ``wrong(bundle, spec)``."""
+    """The edge tables' ``validate`` replaced by one that breaks a rule where ``wrong(bundle, spec)``."""
     from fakeshard import validate
 
     def broken(bundle, spec=None):
@@ -335,7 +345,7 @@ def _validate_broken(monkeypatch, wrong):
             return bundle
         return validate(bundle, spec)
 
-    monkeypatch.setattr("fakeshard.testing.surface.validate", broken)
+    monkeypatch.setattr("tests.wire_edges.validate", broken)
 
 
 def test_a_refusal_by_validate_that_does_not_name_the_bundle_is_caught(monkeypatch):
@@ -366,7 +376,7 @@ def test_a_bundle_found_valid_once_and_not_checked_again_is_caught(monkeypatch):
         seen.add(id(bundle))
         return out
 
-    monkeypatch.setattr("fakeshard.testing.surface.validate", remembers)
+    monkeypatch.setattr("tests.wire_edges.validate", remembers)
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
         _bundle_rules()  # the same bundle, tried against a spec of another width
 
@@ -444,7 +454,7 @@ def test_a_float16_hop_that_hides_a_damaged_checksum_is_caught(monkeypatch):
     _float16_sender_that_reseals(monkeypatch)
     hidden = HiddenBundle.sealed("s", 0, 0, 1, np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface(hidden).reader_edges(index=0)
+        wire_edges.reader_edges(hidden, 0)
 
 
 def test_a_fault_rule_sent_without_its_contract_version_is_caught(monkeypatch):
@@ -462,7 +472,7 @@ def test_a_fault_rule_sent_without_its_contract_version_is_caught(monkeypatch):
 
     monkeypatch.setattr(wire, "dumps", unversioned)
     with pytest.raises(MalformedBundle, match="contract version None"):  # a fault rule is in the pool
-        _surface(FaultRule(Crash())).reader_edges(index=0)
+        wire_edges.reader_edges(FaultRule(Crash()), 0)
 
 
 def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
@@ -470,163 +480,16 @@ def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
 
     monkeypatch.setattr(_frame, "MAX_HEADER_BYTES", 2**20 - 1)
     with pytest.raises(MalformedBundle):
-        _surface(TokenBundle("s", 0, 0, (1, 2))).reader_edges(index=0)
-
-
-@pytest.mark.parametrize("kind", ["checksum", "session", "token_range"])
-def test_the_pipeline_answers_pass_the_pipeline_as_it_is(kind):
-    _surface().pipeline_answers(kind=kind)
-
-
-def test_a_pipeline_that_passes_a_broken_answer_on_is_caught(monkeypatch):
-    monkeypatch.setattr("fakeshard.pipeline.answer_problem", lambda *args, **kw: None)
-    with pytest.raises(AssertionError, match="passed on stage 0's output broken by Malformed"):
-        _surface().pipeline_answers(kind="session")
-
-
-def test_a_pipeline_cancel_that_raises_the_last_stages_error_is_caught(monkeypatch):
-    def last_error(self, op, session_id, epoch):
-        errors = []
-        for i, stage in enumerate(self.stages):
-            try:
-                getattr(stage, op)(session_id, epoch)
-            except Exception as exc:
-                errors.append((i, exc))
-        if errors:
-            self.last_failed_stage, exc = errors[-1]
-            raise exc
-
-    monkeypatch.setattr(Pipeline, "_everywhere", last_error)
-    with pytest.raises(AssertionError, match="last_failed_stage|StaleEpoch"):
-        _surface().pipeline_answers(kind="checksum")
-
-
-def test_a_machine_with_an_examples_cap_runs_at_most_that_many_in_a_long_campaign(monkeypatch):
-    from hypothesis import settings
-
-    from fakeshard.testing import profiles
-    from fakeshard.testing.campaign import machine_settings
-    from fakeshard.testing.surface import SurfaceMachine
-
-    monkeypatch.delenv("FAKESHARD_MAX_EXAMPLES", raising=False)
-    try:
-        for profile, want in (("ci", SurfaceMachine.examples_cap), ("mutate", 25)):
-            settings.load_profile(profile)
-            assert machine_settings(SurfaceMachine.examples_cap).max_examples == want
-            assert machine_settings().max_examples == settings.default.max_examples
-        monkeypatch.setenv("FAKESHARD_MAX_EXAMPLES", "400")  # asked for: taken as it is
-        assert machine_settings(SurfaceMachine.examples_cap).max_examples == 400
-    finally:
-        profiles.load_default()
-
-
-@pytest.mark.parametrize("session_id, epoch", [("s", -1), ("", 0), (7, True), ("s", "1")])
-def test_the_bad_calls_pass_the_engine_as_it_is(session_id, epoch):
-    _surface().bad_calls(session_id=session_id, epoch=epoch)
-
-
-def test_a_cancel_with_a_bool_epoch_taken_as_1_is_caught(monkeypatch):
-    close = FakeShardEngine._close
-
-    def takes_bools(self, op, status, session_id, epoch):
-        return close(self, op, status, session_id, int(epoch) if isinstance(epoch, bool) else epoch)
-
-    monkeypatch.setattr(FakeShardEngine, "_close", takes_bools)
-    with pytest.raises(AssertionError, match="was not refused"):
-        _surface().bad_calls(session_id="s", epoch=True)
-
-
-def test_a_capacity_of_minus_one_taken_is_caught(monkeypatch):
-    init = FakeShardEngine.__init__
-
-    def takes_negative(self, spec, *args, capacity_tokens=None, **kw):
-        init(self, spec, *args, capacity_tokens=None if capacity_tokens == -1 else capacity_tokens, **kw)
-
-    monkeypatch.setattr(FakeShardEngine, "__init__", takes_negative)
-    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface().engine_arguments(name="fakeshard", capacity=None, clock="none", faults="none")
-
-
-def test_a_pipeline_labelled_real_model_with_a_fixture_stage_is_caught(monkeypatch):
-    init = Pipeline.__init__
-
-    def any_real(self, stages):
-        init(self, stages)
-        if any(getattr(s, "evidence_class", None) == "real-model" for s in self.stages):
-            self.evidence_class = "real-model"
-
-    monkeypatch.setattr(Pipeline, "__init__", any_real)
-    with pytest.raises(AssertionError):
-        _surface().pipeline_answers(kind="checksum")
-
-
-def test_a_generate_that_gives_one_token_too_many_is_caught(monkeypatch):
-    generate = Pipeline.generate
-    monkeypatch.setattr(Pipeline, "generate",
-                        lambda self, sid, prompt, n, epoch=0: generate(self, sid, prompt, n + 1, epoch))
-    with pytest.raises(AssertionError):
-        _surface().pipeline_answers(kind="checksum")
-
-
-def _pipeline_rule(cuts=((0, 2), (2, 4))):
-    # The drawn list does not tile: the checks run on the drawn tiling every step all the same.
-    _surface().pipeline(ranges=[(0, 1)], cuts=cuts)
-
-
-def test_the_pipeline_rule_passes_the_pipeline_as_it_is():
-    _pipeline_rule()
-    _pipeline_rule(((0, 1), (1, 3), (3, 4)))
-
-
-def test_a_generate_that_runs_at_epoch_1_by_default_is_caught(monkeypatch):
-    generate = Pipeline.generate
-    monkeypatch.setattr(Pipeline, "generate",
-                        lambda self, sid, prompt, n, epoch=1: generate(self, sid, prompt, n, epoch))
-    from fakeshard import StaleEpoch
-
-    with pytest.raises(StaleEpoch):  # the decode at epoch 0 that follows is refused
-        _pipeline_rule()
-
-
-def test_a_pipeline_spec_of_the_head_alone_is_caught(monkeypatch):
-    init = Pipeline.__init__
-
-    def head_spec(self, stages):
-        init(self, stages)
-        self.spec = self.stages[0].spec
-
-    monkeypatch.setattr(Pipeline, "__init__", head_spec)
-    with pytest.raises(AssertionError):
-        _pipeline_rule()
-
-
-def test_a_last_failed_stage_kept_after_a_right_call_is_caught(monkeypatch):
-    everywhere = Pipeline._everywhere
-
-    def keeps(self, op, session_id, epoch):
-        kept = self.last_failed_stage
-        everywhere(self, op, session_id, epoch)
-        self.last_failed_stage = kept
-
-    monkeypatch.setattr(Pipeline, "_everywhere", keeps)
-    with pytest.raises(AssertionError):
-        _pipeline_rule()
-
-
-def test_a_pipeline_that_refuses_a_stage_without_a_spec_by_attribute_error_is_caught(monkeypatch):
-    init = Pipeline.__init__
-
-    def reads_spec(self, stages):
-        [stage.spec for stage in stages]
-        init(self, stages)
-
-    monkeypatch.setattr(Pipeline, "__init__", reads_spec)
-    with pytest.raises(AttributeError):
-        _pipeline_rule()
+        wire_edges.reader_edges(TokenBundle("s", 0, 0, (1, 2)), 0)
 
 
 def _spec_rule():
-    _surface().spec(model_id="m", n=4, start=0, end=4, hidden=8, vocab=64)
+    from fakeshard import ShardSpec
+    from fakeshard.testing.surface import spec_ok
+    from tests.test_value_edges import SPEC_EDGES
+
+    for args in SPEC_EDGES:
+        wire_edges.expect(spec_ok(*args), lambda: ShardSpec(*args))
 
 
 def test_the_spec_rule_passes_shardspec_as_it_is():
@@ -651,77 +514,6 @@ def test_a_shardspec_that_lets_one_bound_pass_is_caught(monkeypatch, field, valu
         _spec_rule()
 
 
-def test_the_replace_faults_check_passes_the_engine_as_it_is():
-    _surface()._replace_faults()
-
-
-@pytest.mark.parametrize("broken", ["keeps_counters", "ignores_plan", "takes_anything"])
-def test_a_replace_faults_that_breaks_one_rule_is_caught(monkeypatch, broken):
-    from fakeshard import engine
-    from fakeshard.faults import FaultInjector
-
-    def keeps_counters(self, plan):
-        self._faults.plan = plan  # the old counters carry on
-
-    def ignores_plan(self, plan):
-        self._faults = FaultInjector(None)
-
-    def takes_anything(self, plan):
-        self._faults = FaultInjector(plan if isinstance(plan, FaultPlan) else None)
-
-    monkeypatch.setattr(engine.SessionEngine, "replace_faults", locals()[broken])
-    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface()._replace_faults()
-
-
-def _surface_of(factory):
-    from fakeshard.testing.machines import MachineConfig
-    from fakeshard.testing.surface import SurfaceMachine
-
-    machine = SurfaceMachine(MachineConfig.for_factory(factory, "tests:engine"))
-    machine.seed_pool()
-    return machine
-
-
-def test_an_engine_that_ignores_a_reserve_is_caught(monkeypatch):
-    from fakeshard.faults import FaultInjector
-
-    draw = FaultInjector.draw
-
-    def no_reserve(self, op, session_id):
-        drawn = draw(self, op, session_id)
-        drawn.reserve_tokens = 0
-        return drawn
-
-    monkeypatch.setattr(FaultInjector, "draw", no_reserve)
-    with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface()._capacity_edges()
-
-
-class _HoldsTheOlderCache(FakeShardEngine):
-    """Counts the cache a newer epoch's prefill replaces as still held (reserve 2 as in the check)."""
-
-    def prefill(self, bundle):
-        from fakeshard import OutOfMemory
-
-        view = self.session(bundle.session_id)
-        if view is not None and view.epoch < bundle.epoch and self.capacity_tokens is not None \
-                and self.used_tokens + len(bundle.tokens) > self.capacity_tokens - 2:
-            raise OutOfMemory("the older cache is held", session_id=bundle.session_id, epoch=bundle.epoch)
-        return super().prefill(bundle)
-
-
-def test_the_capacity_edges_pass_the_engine_as_it_is():
-    _surface()._capacity_edges()
-
-
-def test_an_engine_that_holds_the_older_cache_through_a_newer_prefill_is_caught():
-    from fakeshard import OutOfMemory
-
-    with pytest.raises(OutOfMemory, match="the older cache is held"):
-        _surface_of(_HoldsTheOlderCache)._capacity_edges()
-
-
 def _signed_split_frame(data, max_bytes):
     """The frame reader with its header length read as a signed 32-bit number."""
     import struct
@@ -736,39 +528,25 @@ def _signed_split_frame(data, max_bytes):
     return bytes(data[8:8 + size]).decode("utf-8"), memoryview(bytes(data))[8 + size:]
 
 
+def _signed_length():
+    from fakeshard import wire
+    from fakeshard.testing.surface import frame_damage
+
+    damaged, limit = frame_damage(_VALUES[2], 1, "header_length_signed")
+    wire_edges.expect(False, lambda: wire.loadb(damaged, max_bytes=limit), (MalformedBundle,))
+
+
 def test_a_frame_length_of_2_to_the_31_passes_the_reader_as_it_is():
-    _surface()._send_binary(1, "header_length_signed", "frame")
+    _signed_length()
 
 
 def test_a_frame_reader_that_reads_its_length_signed_is_caught(monkeypatch):
+    from fakeshard import wire
 
     monkeypatch.setattr(_frame, "split", _signed_split_frame)
-    _surface()._send_binary(1, "none", "frame")  # the stand-in reads right frames
+    assert wire.loadb(wire.dumpb(_VALUES[2])) == _VALUES[2]  # the stand-in reads right frames
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface()._send_binary(1, "header_length_signed", "frame")
-
-
-def test_the_defaults_pass_the_engine_as_it_is():
-    _surface()._defaults()
-
-
-def test_an_engine_whose_default_seed_is_1_is_caught():
-    def seed_1(spec, *, seed=1, **kw):
-        return FakeShardEngine(spec, seed=seed, **kw)
-
-    with pytest.raises(AssertionError, match="the default seed is not 0"):
-        _surface_of(seed_1)._defaults()
-
-
-def test_an_engine_without_a_clock_of_its_own_is_caught():
-    def no_clock(spec, **kw):
-        engine = FakeShardEngine(spec, **kw)
-        if kw.get("clock") is None:
-            engine.clock = None
-        return engine
-
-    with pytest.raises(AttributeError):
-        _surface_of(no_clock)._defaults()
+        _signed_length()
 
 
 def _frozen_broken(monkeypatch, copies):
@@ -823,25 +601,6 @@ def test_a_validate_that_cannot_name_a_value_of_an_array_all_nan_is_caught(monke
         _bundle_rules()
 
 
-def test_the_pipeline_rule_passes_every_tiling_it_draws():
-    from fakeshard.testing.surface import TILINGS
-
-    for cuts in TILINGS:
-        _pipeline_rule(cuts)
-
-
-def test_a_pipeline_whose_last_failed_stage_starts_as_no_int_and_no_none_is_caught(monkeypatch):
-    init = Pipeline.__init__
-
-    def empty(self, stages):
-        init(self, stages)
-        self.last_failed_stage = ""
-
-    monkeypatch.setattr(Pipeline, "__init__", empty)
-    with pytest.raises(AssertionError):
-        _pipeline_rule()
-
-
 def _old_float64_rows(hidden):
     """Rows as numpy alone reads them into float64: None as NaN, "1.5" as 1.5, True as 1.0."""
     return np.array(hidden, dtype=np.float64)
@@ -851,21 +610,21 @@ def _old_float64_rows(hidden):
 def test_a_conversion_that_reads_what_is_no_number_as_a_number_is_caught(monkeypatch, case):
     from fakeshard import contract
 
-    _surface()._binary_edge(case)  # passes as it is
+    wire_edges.binary_edge(case)  # passes as it is
     monkeypatch.setattr(contract, "_float64_rows", _old_float64_rows)
     monkeypatch.setattr(_encode, "_float64_rows", _old_float64_rows)
     with pytest.raises(AssertionError, match="accepted what the contract refuses"):
-        _surface()._binary_edge(case)
+        wire_edges.binary_edge(case)
 
 
 def test_an_array_refusal_that_names_no_bundle_is_caught(monkeypatch):
     def nameless(self):
         raise MalformedBundle("hidden must be rows of floats")
 
-    _surface()._binary_edge("junk_array")
+    wire_edges.binary_edge("junk_array")
     monkeypatch.setattr(HiddenBundle, "array", nameless)
     with pytest.raises(AssertionError, match="None"):
-        _surface()._binary_edge("junk_array")
+        wire_edges.binary_edge("junk_array")
 
 
 @pytest.mark.parametrize("where", ["checksum", "wire"])
@@ -874,7 +633,7 @@ def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
 
     from fakeshard import contract
 
-    _surface()._binary_edge("no_warnings")
+    wire_edges.binary_edge("no_warnings")
     module, name = (contract, "hidden_checksum") if where == "checksum" else (_encode, "_binary_values")
     original = getattr(module, name)
 
@@ -884,12 +643,12 @@ def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
 
     monkeypatch.setattr(module, name, loud)
     with pytest.raises(RuntimeWarning):
-        _surface()._binary_edge("no_warnings")
+        wire_edges.binary_edge("no_warnings")
 
 
 def test_a_dtype_that_cannot_be_looked_up_must_still_be_a_value_error(monkeypatch):
 
-    _surface()._binary_edge("dumps_dtype_list")
+    wire_edges.binary_edge("dumps_dtype_list")
     original = _encode._binary_values
 
     def unhashable(bundle, dtype):
@@ -898,13 +657,13 @@ def test_a_dtype_that_cannot_be_looked_up_must_still_be_a_value_error(monkeypatc
 
     monkeypatch.setattr(_encode, "_binary_values", unhashable)
     with pytest.raises(TypeError, match="unhashable"):
-        _surface()._binary_edge("dumps_dtype_list")
+        wire_edges.binary_edge("dumps_dtype_list")
 
 
 @pytest.mark.parametrize("what", ["array_row_binary", "range_row_base64"])
 def test_a_binary_form_that_reads_a_row_which_is_no_tuple_is_caught(monkeypatch, what):
 
-    _surface()._binary_edge(what)
+    wire_edges.binary_edge(what)
     original = _encode._binary_values
 
     def lenient(bundle, dtype):  # rows read by numpy, whatever holds them
@@ -915,11 +674,11 @@ def test_a_binary_form_that_reads_a_row_which_is_no_tuple_is_caught(monkeypatch,
 
     monkeypatch.setattr(_encode, "_binary_values", lenient)
     with pytest.raises(AssertionError):
-        _surface()._binary_edge(what)
+        wire_edges.binary_edge(what)
 
 
 def _reader_edges_of(value):
-    _surface(value).reader_edges(index=0)
+    wire_edges.reader_edges(value, 0)
 
 
 def test_a_transport_reading_that_lets_a_token_beyond_64_bits_through_is_caught(monkeypatch):
@@ -977,20 +736,6 @@ def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatc
         _reader_edges_of(error)
 
 
-class _CrashedNone(FakeShardEngine):
-    """Says it is up after a restart with None, not False."""
-
-    def restart(self):
-        super().restart()
-        self._crashed = None
-
-
-def test_a_crashed_flag_that_is_no_bool_after_a_restart_is_caught():
-    _surface()._replace_faults()
-    with pytest.raises(AssertionError):
-        _surface_of(_CrashedNone)._replace_faults()
-
-
 @pytest.mark.parametrize("field", ["delay", "reserve_tokens"])
 def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeypatch, field):
     from fakeshard.faults import FaultInjector
@@ -1009,14 +754,13 @@ def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeyp
 
     monkeypatch.setattr(FaultInjector, "draw", last_only)
     with pytest.raises(AssertionError):
-        _surface().injector(faults=[Delay(1)], windows=[("decode", None, 1, None, 1.0)] * 5, seed=0,
-                            calls=[("prefill", "a")])
+        _injector(_surface())
 
 
 def test_a_conversion_that_refuses_rows_of_numpy_floats_is_caught(monkeypatch):
     from fakeshard import contract
 
-    _surface()._binary_edge("numpy_rows")
+    wire_edges.binary_edge("numpy_rows")
     rows = contract._float64_rows
 
     def plain_only(hidden):
@@ -1027,4 +771,4 @@ def test_a_conversion_that_refuses_rows_of_numpy_floats_is_caught(monkeypatch):
 
     monkeypatch.setattr(contract, "_float64_rows", plain_only)
     with pytest.raises(contract.MalformedBundle):
-        _surface()._binary_edge("numpy_rows")
+        wire_edges.binary_edge("numpy_rows")

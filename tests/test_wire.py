@@ -27,7 +27,7 @@ from fakeshard import (
 )
 from fakeshard.errors import ERROR_CODES
 from fakeshard.faults import MALFORMED_KINDS, OPS
-from fakeshard.testing.surface import key_twice
+from tests.wire_edges import key_twice
 
 ids = st.text(min_size=1, max_size=12)
 naturals = st.integers(min_value=0, max_value=2**40)

@@ -49,21 +49,15 @@ def whole_profile() -> bool:
     return _int_env("FAKESHARD_MAX_EXAMPLES") is None and _int_env("FAKESHARD_STEPS") is None
 
 
-def machine_settings(examples_cap: Optional[int] = None) -> Settings:
-    """The loaded profile, with the campaign's overrides.
-
-    ``examples_cap`` bounds the profile's ``max_examples`` for a machine whose rules meet their
-    cases in a few steps (the surface machine): past it, more examples repeat them.  An explicit
-    ``FAKESHARD_MAX_EXAMPLES`` is taken as it is.
-    """
+def machine_settings() -> Settings:
+    """The loaded profile, with the campaign's overrides (``FAKESHARD_MAX_EXAMPLES``,
+    ``FAKESHARD_STEPS``, ``FAKESHARD_DATABASE``)."""
     overrides: dict[str, Any] = {}
     examples, steps = _int_env("FAKESHARD_MAX_EXAMPLES"), _int_env("FAKESHARD_STEPS")
     if examples is not None:
         overrides["max_examples"] = max(examples, 1)
     default = Settings.default
     assert default is not None  # a profile is always loaded
-    if examples is None and examples_cap is not None and default.max_examples > examples_cap:
-        overrides["max_examples"] = examples_cap
     if steps is not None:
         overrides["stateful_step_count"] = max(steps, 1)
     shared = database.from_environment(default.derandomize)

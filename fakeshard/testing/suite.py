@@ -1,4 +1,4 @@
-"""The campaign as pytest tests: every machine against the engine factory under test.
+"""The campaign as pytest tests: every machine and every engine check against the engine factory under test.
 
 This module ships with the package, so a campaign runs from an installed wheel::
 
@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from fakeshard.testing import probes, profiles
+from fakeshard.testing import checks, probes, profiles
 from fakeshard.testing.campaign import machine_settings, reporter_for, traces_dir, whole_profile, worker_seed
 from fakeshard.testing.coordinating import FAULT_OUTCOMES, CoordinatorMachine
 from fakeshard.testing.failover import FailoverMachine
@@ -25,8 +25,14 @@ from fakeshard.testing.plugin import RUN
 from fakeshard.testing.regress import run_machine
 from fakeshard.testing.surface import SurfaceMachine
 
-__all__ = ["test_ci_campaign_reaches_every_probe", "test_machine", "test_machine_coordinator",
-           "test_machine_parallel"]
+__all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "test_machine",
+           "test_machine_coordinator", "test_machine_parallel"]
+
+
+@pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
+def test_engine_passes_check(engine_factory, check):
+    """The engine checks of :mod:`fakeshard.testing.checks`: fixed cases at the contract's edges."""
+    check(engine_factory)
 
 
 @pytest.mark.parametrize("machine", [SessionsMachine, FaultsMachine, FailoverMachine, SurfaceMachine],
@@ -39,7 +45,7 @@ def test_machine(engine_factory, engine_factory_name, request, machine):
     before = probes.reached.copy()
     failed = True
     try:
-        run_machine(machine, config, settings=machine_settings(getattr(machine, "examples_cap", None)),
+        run_machine(machine, config, settings=machine_settings(),
                     seed=worker_seed(), save_dir=traces_dir())
         failed = False
     finally:
