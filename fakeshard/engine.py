@@ -38,7 +38,7 @@ from fakeshard.errors import (
     SessionReleased,
     StaleEpoch,
 )
-from fakeshard.faults import FaultInjector, FaultPlan, Fired, corrupt
+from fakeshard.faults import Drawn, FaultInjector, FaultPlan, Fired, corrupt
 
 __all__ = ["FakeShardEngine", "SessionEngine", "SessionView"]
 
@@ -73,8 +73,11 @@ class _Where:
     """``"<op> session '<id>' epoch <n>"`` for error messages, formatted only when used."""
 
     __slots__ = ("op", "session_id", "epoch")
+    op: str
+    session_id: Any  # the call's own values: well-typed once its input was checked
+    epoch: Any
 
-    def __init__(self, op: str, session_id: object, epoch: object) -> None:
+    def __init__(self, op: str, session_id: Any, epoch: Any) -> None:
         self.op, self.session_id, self.epoch = op, session_id, epoch
 
     def __format__(self, spec: str) -> str:
@@ -270,7 +273,22 @@ class SessionEngine:
         epoch, start, n = bundle.epoch, bundle.start_pos, len(inputs)
         where = _Where(op, session_id, epoch)  # formatted only into an error message
         entry = self._sessions.get(session_id)
-        freed = 0
+        cache, freed = self._held(where, entry, start)
+        self._check_room(where, drawn, n, freed)
+        new_cache, out = self._backend.forward(cache, start, inputs)
+        # Commit: nothing above changed any state.
+        if entry is None or entry.epoch != epoch:
+            self._sessions[session_id] = _Entry(epoch, LIVE, n, new_cache)
+        else:
+            entry.cached = start + n
+            entry.cache = new_cache
+        self._used += n - freed
+        return self._answer(where, drawn, start, n, out)
+
+    def _held(self, where: "_Where", entry: Optional["_Entry"], start: int) -> tuple[Any, int]:
+        """The cache a compute call at ``where`` extends, and the positions it frees: the
+        contract's session table, in its order of checks, up to the allocation."""
+        session_id, epoch = where.session_id, where.epoch
         if entry is not None and epoch <= entry.epoch:
             if epoch < entry.epoch:
                 raise StaleEpoch(
@@ -288,36 +306,34 @@ class SessionEngine:
                     f"{where}: starts at position {start}, but {entry.cached} positions are cached",
                     session_id=session_id, epoch=epoch, expected=entry.cached, got=start,
                 )
-            cache = entry.cache
-        else:
-            # Nothing held at this epoch: never seen, or only an older epoch.
-            if op != "prefill" or start != 0:
-                raise CacheMiss(
-                    f"{where}: nothing cached at this epoch; replay from position 0 (got {start})",
-                    session_id=session_id, epoch=epoch, expected=0, got=start,
-                )
-            if entry is not None:
-                freed = entry.cached
-            cache = self._backend.empty_cache()
+            return entry.cache, 0
+        # Nothing held at this epoch: never seen, or only an older epoch.
+        if where.op != "prefill" or start != 0:
+            raise CacheMiss(
+                f"{where}: nothing cached at this epoch; replay from position 0 (got {start})",
+                session_id=session_id, epoch=epoch, expected=0, got=start,
+            )
+        return self._backend.empty_cache(), 0 if entry is None else entry.cached
+
+    def _check_room(self, where: "_Where", drawn: Drawn, n: int, freed: int) -> None:
+        """``OutOfMemory`` unless ``n`` positions fit: a failed allocation, or the capacity less
+        the reserve and what is held (the ``freed`` positions of a replaced epoch not counted)."""
         if drawn.fail_allocation:
             raise OutOfMemory(f"{where}: allocation of {n} positions failed under memory pressure",
-                              session_id=session_id, epoch=epoch)
+                              session_id=where.session_id, epoch=where.epoch)
         if self._capacity is not None:
             available = self._capacity - drawn.reserve_tokens - (self._used - freed)
             if n > available:
                 raise OutOfMemory(
                     f"{where}: needs {n} positions, {max(available, 0)} of "
                     f"{self._capacity} available",
-                    session_id=session_id, epoch=epoch,
+                    session_id=where.session_id, epoch=where.epoch,
                 )
-        new_cache, out = self._backend.forward(cache, start, inputs)
-        # Commit: nothing above changed any state.
-        if entry is None or entry.epoch != epoch:
-            self._sessions[session_id] = _Entry(epoch, LIVE, n, new_cache)
-        else:
-            entry.cached = start + n
-            entry.cache = new_cache
-        self._used += n - freed
+
+    def _answer(self, where: "_Where", drawn: Drawn, start: int, n: int, out: Any) -> Any:
+        """The output of an applied call, broken as the drawn ``Malformed`` kinds say, or
+        ``ResponseLost`` when its response is dropped."""
+        session_id, epoch = where.session_id, where.epoch
         if self._samples:
             output: Any = SampleBundle(session_id, epoch, start + n, out)
         else:

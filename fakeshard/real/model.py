@@ -163,6 +163,23 @@ def write_tiny_gguf(
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty str, got {name!r}")
     writer = gguf.GGUFWriter(None, _ARCH)
+    _write_metadata(writer, shape, name, quant)
+    qtype = QUANTS[quant]
+    for tensor_name, w in _tiny_weights(shape, seed).items():
+        if w.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(tensor_name, w)
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            writer.add_tensor(tensor_name, w.astype(np.float16))
+        elif w.shape[1] % _BLOCK:
+            writer.add_tensor(tensor_name, w)
+        else:
+            writer.add_tensor(tensor_name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+    _write_atomically(writer, path)
+    return path
+
+
+def _write_metadata(writer: gguf.GGUFWriter, shape: LlamaShape, name: str, quant: str) -> None:
+    """The llama architecture's keys and a tokenizer of ``shape.vocab_size`` placeholder tokens."""
     writer.add_name(name)
     writer.add_context_length(shape.context_length)
     writer.add_embedding_length(shape.hidden_size)
@@ -182,19 +199,13 @@ def write_tiny_gguf(
     writer.add_token_list(tokens)
     writer.add_token_scores([0.0] * len(tokens))
     writer.add_token_types(types)
-    writer.add_bos_token_id(1 if vocab_size > 1 else 0)
-    writer.add_eos_token_id(2 if vocab_size > 2 else 0)
+    writer.add_bos_token_id(1 if shape.vocab_size > 1 else 0)
+    writer.add_eos_token_id(2 if shape.vocab_size > 2 else 0)
     writer.add_unk_token_id(0)
-    qtype = QUANTS[quant]
-    for tensor_name, w in _tiny_weights(shape, seed).items():
-        if w.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(tensor_name, w)
-        elif qtype == gguf.GGMLQuantizationType.F16:
-            writer.add_tensor(tensor_name, w.astype(np.float16))
-        elif w.shape[1] % _BLOCK:
-            writer.add_tensor(tensor_name, w)
-        else:
-            writer.add_tensor(tensor_name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+
+
+def _write_atomically(writer: gguf.GGUFWriter, path: Path) -> None:
+    """``writer``'s file at ``path``, written beside it and moved in place: a reader never sees half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -208,7 +219,6 @@ def write_tiny_gguf(
         writer.close()
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def _scalar(reader: gguf.GGUFReader, path: Path, key: str, default: Any = None) -> Any:
