@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from fakeshard.testing import profiles
+from fakeshard.testing import _profiles as profiles
 
 if not any(ep.value == "fakeshard.testing.plugin" for ep in metadata.entry_points(group="pytest11")):
     pytest_plugins = ["fakeshard.testing.plugin"]

@@ -24,17 +24,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from fakeshard.testing import profiles  # noqa: E402,F401  (the kit's ci profile)
-from fakeshard.testing.coordinating import CoordinatorMachine  # noqa: E402
-from fakeshard.testing.coordinating import reference as reference_coordinator  # noqa: E402
-from fakeshard.testing.machines import MachineConfig  # noqa: E402
-from fakeshard.testing.parallel import NotLinearizable, run_parallel  # noqa: E402
-from fakeshard.testing.regress import run_machine  # noqa: E402
+from fakeshard.testing import _profiles as profiles  # noqa: E402,F401  (the kit's ci profile)
+from fakeshard.testing._coordinator_machine import CoordinatorMachine  # noqa: E402
+from fakeshard.testing._coordinator_machine import reference as reference_coordinator  # noqa: E402
+from fakeshard.testing._machines import MachineConfig  # noqa: E402
+from fakeshard.testing._parallel import NotLinearizable, run_parallel  # noqa: E402
+from fakeshard.testing._regress import run_machine  # noqa: E402
 from tests import racy  # noqa: E402
 from tests.planted import BUGS  # noqa: E402
 from tests.planted_coordinators import PLANTED  # noqa: E402
 
-REFERENCE = "fakeshard.testing.coordinating:reference"
+REFERENCE = "fakeshard.testing:reference"
 # The same machines and settings as the test that asserts each bug is caught.
 from tests.test_planted import CI_NO_SHRINK, MACHINES  # noqa: E402
 

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from fakeshard.testing.linearizability import check, check_whole  # noqa: E402
-from fakeshard.testing.parallel import SESSIONS, Program, Tokens, run_program, spec_for  # noqa: E402
+from fakeshard.testing._linearizability import check, check_whole  # noqa: E402
+from fakeshard.testing._parallel import SESSIONS, Program, Tokens, run_program, spec_for  # noqa: E402
 from tests import racy  # noqa: E402
 
 
@@ -99,9 +99,9 @@ def main() -> None:
         print(f"  {label}: split/whole time {sum_ratio(split, whole):.2f}x")
     print("programs until each planted racy engine is caught (ci sizes: 250 programs x 4 runs), 3 trials:")
 
-    from fakeshard.testing import profiles
-    from fakeshard.testing.machines import MachineConfig
-    from fakeshard.testing.parallel import NotLinearizable, run_parallel
+    from fakeshard.testing import _profiles as profiles
+    from fakeshard.testing._machines import MachineConfig
+    from fakeshard.testing._parallel import NotLinearizable, run_parallel
 
     for name in racy.RACY:
         found = []

@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test  # noqa: E402
 
 from fakeshard import FakeShardEngine  # noqa: E402
-from fakeshard.testing.machines import MachineConfig, SessionsMachine  # noqa: E402
+from fakeshard.testing._machines import MachineConfig, SessionsMachine  # noqa: E402
 
 STEPS = {"count": 0}
 

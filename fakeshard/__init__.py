@@ -4,9 +4,9 @@ The public face: everything a user imports is here, and nothing else is
 promised.  See ``docs/contract.md`` (contract v1) and the documentation site in ``docs/``.
 """
 
-from fakeshard.backend import Backend, HashBackend
-from fakeshard.clock import RealClock, VirtualClock
-from fakeshard.contract import (
+from fakeshard._backend import Backend, HashBackend
+from fakeshard._clock import RealClock, VirtualClock
+from fakeshard._contract import (
     CONTRACT_VERSION,
     HiddenBundle,
     Role,
@@ -15,8 +15,8 @@ from fakeshard.contract import (
     TokenBundle,
     validate,
 )
-from fakeshard.engine import FakeShardEngine, SessionEngine, SessionView
-from fakeshard.errors import (
+from fakeshard._engine import FakeShardEngine, SessionEngine, SessionView
+from fakeshard._errors import (
     CacheMiss,
     EngineCrashed,
     EngineError,
@@ -30,18 +30,21 @@ from fakeshard.errors import (
     ShardError,
     StaleEpoch,
 )
-from fakeshard.faults import (
+from fakeshard._faults import (
     Crash,
     Delay,
+    Drawn,
     DropResponse,
+    FaultInjector,
     FaultPlan,
     FaultRule,
+    Fired,
     Malformed,
     MemoryPressure,
 )
-from fakeshard.feeder import Feeder
-from fakeshard.pipeline import Pipeline
-from fakeshard.protocol import ShardEngine
+from fakeshard._feeder import Feeder
+from fakeshard._pipeline import Pipeline
+from fakeshard._protocol import ShardEngine
 
 __version__ = "0.1.0"
 
@@ -51,13 +54,16 @@ __all__ = [
     "CacheMiss",
     "Crash",
     "Delay",
+    "Drawn",
     "DropResponse",
     "EngineCrashed",
     "EngineError",
     "FakeShardEngine",
+    "FaultInjector",
     "FaultPlan",
     "FaultRule",
     "Feeder",
+    "Fired",
     "HashBackend",
     "HiddenBundle",
     "Malformed",

@@ -2,6 +2,6 @@
 
 import sys
 
-from fakeshard.cli import main
+from fakeshard._cli import main
 
 sys.exit(main())

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from fakeshard.testing.regress import replay
-from fakeshard.testing.trace import Trace
+from fakeshard.testing._regress import replay
+from fakeshard.testing._trace import Trace
 
-#: The checkout's saved counterexamples (``fakeshard.testing.trace.REGRESSIONS`` in a checkout).
+#: The checkout's saved counterexamples (``fakeshard.testing._trace.REGRESSIONS`` in a checkout).
 REGRESSIONS = Path(__file__).with_name("regressions")
 TRACES = sorted(REGRESSIONS.glob("*.json"))
 

@@ -430,7 +430,7 @@ BUGS = (
     Bug("malformed_ignored", "fault semantics", _without(Malformed), "faults"),
     Bug("delay_ignored", "fault semantics", _without(Delay), "faults"),
     Bug("crash_ignored", "fault semantics", _without(Crash), "faults"),
-    # One per class of crossed condition (fakeshard.testing.probes.CROSSINGS).
+    # One per class of crossed condition (fakeshard.testing._probes.CROSSINGS).
     Bug("validates_before_up", "order: engine up x valid input", ValidatesBeforeUp, "sessions"),
     Bug("capacity_before_fence", "order: stale epoch x capacity", _wrapped(CapacityBeforeFence), "sessions"),
     Bug("capacity_before_tombstone", "order: closed session x capacity", _wrapped(CapacityBeforeTombstone),

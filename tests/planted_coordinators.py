@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from fakeshard import EngineCrashed, Pipeline, PositionMismatch, ResponseLost, ShardError
-from fakeshard.testing.coordinator import Coordinator, SessionState
+from fakeshard.testing._reference_coordinator import Coordinator, SessionState
 
 
 class RetriesSameCall(Coordinator):

@@ -12,7 +12,7 @@ import time
 from typing import Any, Optional
 
 from fakeshard import FakeShardEngine, FaultPlan, ShardSpec
-from fakeshard.engine import _Entry
+from fakeshard._engine import _Entry
 
 
 def _pause() -> None:
@@ -105,7 +105,7 @@ class TornView(FakeShardEngine):
     """``session()`` reads a row's fields one by one without the lock: a close between them tears it."""
 
     def session(self, session_id: str) -> Any:
-        from fakeshard.engine import SessionView
+        from fakeshard._engine import SessionView
 
         entry = self._sessions.get(session_id)
         if entry is None:

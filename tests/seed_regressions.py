@@ -9,10 +9,10 @@ stateful` is saved the same way, automatically; see the README.)
 
 from __future__ import annotations
 
-from fakeshard.testing import profiles  # noqa: F401  (the kit's profiles)
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.regress import run_machine
-from fakeshard.testing.trace import REGRESSIONS
+from fakeshard.testing import _profiles as profiles  # noqa: F401  (the kit's profiles)
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._regress import run_machine
+from fakeshard.testing._trace import REGRESSIONS
 from tests.planted import BUGS
 from tests.test_planted import CI_NO_SHRINK, MACHINES
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from fakeshard import OutOfMemory, Pipeline, ShardError
-from fakeshard.testing.coordinator import Coordinator, SessionState
+from fakeshard.testing._reference_coordinator import Coordinator, SessionState
 
 
 def _quietly(call: Callable[[], Any]) -> None:

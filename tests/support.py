@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 import pytest
 
 from fakeshard import FaultPlan, ShardError, ShardSpec, VirtualClock
-from fakeshard.feeder import Feeder
+from fakeshard._feeder import Feeder
 
 N_LAYERS = 4
 #: The reason given where a test checks the fixture's wording of an error message.

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fakeshard import HiddenBundle
-from fakeshard.testing.runner import same
+from fakeshard.testing._runner import same
 
 #: Quiet NaNs only: a signalling NaN may be quieted by the conversion float32 -> float64
 #: that a rows form makes, which is another value's bits, not another form of one value.

@@ -19,7 +19,7 @@ def test_the_pipeline_answers_pass_the_pipeline_as_it_is():
 
 
 def test_a_pipeline_that_passes_a_broken_answer_on_is_caught(monkeypatch):
-    monkeypatch.setattr("fakeshard.pipeline.answer_problem", lambda *args, **kw: None)
+    monkeypatch.setattr("fakeshard._pipeline.answer_problem", lambda *args, **kw: None)
     with pytest.raises(AssertionError, match="broken by Malformed"):
         checks.check_pipeline_answers(FakeShardEngine)
 
@@ -98,8 +98,8 @@ def test_the_replace_faults_check_passes_the_engine_as_it_is():
 
 @pytest.mark.parametrize("broken", ["keeps_counters", "ignores_plan", "takes_anything"])
 def test_a_replace_faults_that_breaks_one_rule_is_caught(monkeypatch, broken):
-    from fakeshard import engine
-    from fakeshard.faults import FaultInjector
+    from fakeshard import _engine as engine
+    from fakeshard._faults import FaultInjector
 
     def keeps_counters(self, plan):
         self._faults.plan = plan  # the old counters carry on
@@ -116,7 +116,7 @@ def test_a_replace_faults_that_breaks_one_rule_is_caught(monkeypatch, broken):
 
 
 def test_an_engine_that_ignores_a_reserve_is_caught(monkeypatch):
-    from fakeshard.faults import FaultInjector
+    from fakeshard._faults import FaultInjector
 
     draw = FaultInjector.draw
 

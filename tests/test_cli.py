@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fakeshard.cli import main
+from fakeshard._cli import main
 
 
 def test_demo_shows_faults_failover_and_equal_streams(capsys):
@@ -71,7 +71,7 @@ def _run(*args, env=None):
     (["check", "--coordinator", "fakeshard:__version__"], "is not callable"),
     (["check", "--coordinator", "fakeshard:FakeShardEngine"], "failed to build a coordinator"),
     (["check", "--coordinator", "fakeshard:VirtualClock"], "failed to build a coordinator"),
-    (["check", "--coordinator", "fakeshard.testing.coordinating:ReferenceStreams"], "failed to build"),
+    (["check", "--coordinator", "fakeshard.testing._coordinator_machine:ReferenceStreams"], "failed to build"),
     (["replay", "does/not/exist.json", "--coordinator", "fakeshard:Pipeline"], "failed to build a coordinator"),
 ])
 def test_bad_input_is_a_one_line_error(args, needle):
@@ -93,7 +93,7 @@ def test_replay_refuses_a_corrupt_trace(tmp_path):
 
 
 def test_replay_shows_a_saved_trace_passing(tmp_path):
-    from fakeshard.testing.trace import REGRESSIONS
+    from fakeshard.testing._trace import REGRESSIONS
 
     trace = sorted(REGRESSIONS.glob("*.json"))[0]
     result = _run("replay", str(trace))
@@ -103,7 +103,7 @@ def test_replay_shows_a_saved_trace_passing(tmp_path):
 
 
 def test_replay_marks_the_first_divergence_on_a_buggy_engine():
-    from fakeshard.testing.trace import REGRESSIONS, Trace
+    from fakeshard.testing._trace import REGRESSIONS, Trace
 
     for path in sorted(REGRESSIONS.glob("*.json")):
         if "leaky_release" in Trace.load(path).note:
@@ -136,9 +136,9 @@ def test_a_ci_campaign_made_smaller_is_not_held_to_what_a_whole_one_reaches(tmp_
 
 
 def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkeypatch, capsys):
-    from fakeshard import check
-    from fakeshard.testing import probes
-    from fakeshard.testing.probes import REQUIRED, UNREACHABLE
+    from fakeshard import _check as check
+    from fakeshard.testing import _probes as probes
+    from fakeshard.testing._probes import REQUIRED, UNREACHABLE
 
     assert check.full_ci(check.CheckOptions(profile="ci"))
     for partial in (dict(profile="dev"), dict(profile="ci", examples=5), dict(profile="ci", steps=9),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from fakeshard.testing import database
+from fakeshard.testing import _database as database
 
 ROOT = Path(__file__).resolve().parent.parent
 redis = pytest.importorskip("redis", reason="the shared database needs the extra 'redis'")
@@ -63,9 +63,9 @@ import redis
 from hypothesis import Phase, settings
 from hypothesis.extra.redis import RedisExampleDatabase
 
-from fakeshard.testing import profiles
-from fakeshard.testing.machines import MachineConfig, SessionsMachine
-from fakeshard.testing.regress import run_machine
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._machines import MachineConfig, SessionsMachine
+from fakeshard.testing._regress import run_machine
 from tests.planted import BUGS
 
 url, seed, phases, prefix, save_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -130,8 +130,8 @@ def test_check_shares_the_database_and_refuses_what_cannot_work(redis_url, tmp_p
 
 
 def test_the_environment_variable_reaches_the_machines_settings(redis_url, monkeypatch):
-    from fakeshard.testing import profiles
-    from fakeshard.testing.campaign import machine_settings
+    from fakeshard.testing import _profiles as profiles
+    from fakeshard.testing._campaign import machine_settings
 
     monkeypatch.setenv(database.ENV_VAR, redis_url)
     try:

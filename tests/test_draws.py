@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakeshard import FakeShardEngine
-from fakeshard.testing import probes, profiles
-from fakeshard.testing.coordinating import CoordinatorMachine
-from fakeshard.testing.draws import stable_draws
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.regress import run_machine
+from fakeshard.testing import _probes as probes
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._coordinator_machine import CoordinatorMachine
+from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._regress import run_machine
 
 
 def _wide_integers() -> list[int]:

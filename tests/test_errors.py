@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 import fakeshard
-from fakeshard.errors import ERROR_CODES
+from fakeshard._errors import ERROR_CODES
 
 CONTRACT_CODES = {
     "cache_miss": "CacheMiss", "stale_epoch": "StaleEpoch", "cancelled": "SessionCancelled",

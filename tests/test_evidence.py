@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fakeshard.check import CheckOptions, CheckResult
+from fakeshard._check import CheckOptions, CheckResult
 from tools.evidence import render, render_coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def test_a_committed_evidence_page_matches_the_code(folder):
     """An evidence page is today's: its probe count and contract version are the code's, and
     the commit it ran on is in this history (regenerate it with tools.evidence otherwise)."""
     from fakeshard import CONTRACT_VERSION
-    from fakeshard.testing.probes import REQUIRED
+    from fakeshard.testing._probes import REQUIRED
 
     text = (ROOT / "evidence" / "DGR-032" / folder / "README.md").read_text(encoding="utf-8")
     reached, required = map(int, re.search(r"^\| probes reached \| (\d+)/(\d+) \|$", text, flags=re.M).groups())

@@ -23,7 +23,7 @@ from fakeshard import (
     StaleEpoch,
     validate,
 )
-from fakeshard.faults import MALFORMED_KINDS
+from fakeshard._faults import MALFORMED_KINDS
 from tests.support import CONSTRUCTOR, ROLES, WORDING, Rig, assert_carries, raises_untouched
 
 #: The reason given where a test reads ``fault_log`` (the contract observes faults by their effects).

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.regress import replay, run_machine
-from fakeshard.testing.trace import Trace
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._regress import replay, run_machine
+from fakeshard.testing._trace import Trace
 from tests.independent import broken
 from tests.independent.adapter import make_engine
 from tests.test_planted import CI_NO_SHRINK, MACHINES

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakeshard import FakeShardEngine
-from fakeshard.testing import profiles
-from fakeshard.testing.linearizability import INITIAL, Op, check, check_whole, step, timeline
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.parallel import (
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._linearizability import INITIAL, Op, check, check_whole, step, timeline
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._parallel import (
     NotLinearizable,
     Program,
     Tokens,
@@ -24,7 +24,7 @@ from fakeshard.testing.parallel import (
     run_program,
     spec_for,
 )
-from fakeshard.testing.trace import Trace
+from fakeshard.testing._trace import Trace
 from tests import racy
 
 ROOT = Path(__file__).resolve().parent.parent

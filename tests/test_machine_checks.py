@@ -21,8 +21,8 @@ from fakeshard import (
     Pipeline,
     TokenBundle,
 )
-from fakeshard.testing.failover import N_NODES, FailoverRunner
-from fakeshard.testing.runner import Divergence, equality_problem
+from fakeshard.testing._failover import N_NODES, FailoverRunner
+from fakeshard.testing._runner import Divergence, equality_problem
 from fakeshard.wire import _encode, _format, _frame, _json, _read, _schema
 from tests import wire_edges
 
@@ -101,8 +101,8 @@ def test_a_bundle_equality_that_disagrees_with_the_contract_is_caught(monkeypatc
 
 def test_a_refusal_of_bad_input_that_does_not_name_the_call_is_caught():
     from fakeshard import MalformedBundle
-    from fakeshard.testing.machines import role_spec
-    from fakeshard.testing.runner import EngineRunner
+    from fakeshard.testing._machines import role_spec
+    from fakeshard.testing._runner import EngineRunner
 
     class Unnamed(FakeShardEngine):
         def prefill(self, bundle):
@@ -126,8 +126,8 @@ def test_a_refusal_of_bad_input_that_does_not_name_the_call_is_caught():
 def test_a_view_of_another_session_is_caught():
     import dataclasses
 
-    from fakeshard.testing.machines import role_spec
-    from fakeshard.testing.runner import EngineRunner
+    from fakeshard.testing._machines import role_spec
+    from fakeshard.testing._runner import EngineRunner
 
     class Misnamed(FakeShardEngine):
         def session(self, session_id):
@@ -233,7 +233,7 @@ def test_a_limit_that_refuses_a_value_of_its_own_size_is_caught(monkeypatch, lim
 
 
 def _every_malformed_kind(role):
-    from fakeshard.testing.machines import FaultsMachine, MachineConfig
+    from fakeshard.testing._machines import FaultsMachine, MachineConfig
 
     config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
     FaultsMachine(config).every_malformed_kind(role=role, at=0)
@@ -248,10 +248,10 @@ def test_every_malformed_kind_passes_the_engine_as_it_is(role):
 @pytest.mark.parametrize("role,kind", [("head", "nan"), ("middle", "session"), ("tail", "token_range"),
                                        ("head", "checksum")])
 def test_a_malformed_kind_that_breaks_nothing_is_caught(monkeypatch, role, kind):
-    import fakeshard.engine
+    import fakeshard._engine
 
-    original = fakeshard.engine.corrupt
-    monkeypatch.setattr(fakeshard.engine, "corrupt",
+    original = fakeshard._engine.corrupt
+    monkeypatch.setattr(fakeshard._engine, "corrupt",
                         lambda output, what, spec: output if what == kind else original(output, what, spec))
     with pytest.raises(Divergence, match=f"Malformed\\({kind}"):
         _every_malformed_kind(role)
@@ -260,16 +260,16 @@ def test_a_malformed_kind_that_breaks_nothing_is_caught(monkeypatch, role, kind)
 def test_a_checksum_break_that_leaves_a_checksum_starting_with_0_right_is_caught(monkeypatch):
     import dataclasses
 
-    import fakeshard.engine
+    import fakeshard._engine
 
-    original = fakeshard.engine.corrupt
+    original = fakeshard._engine.corrupt
 
     def zero_first(output, what, spec):
         if what != "checksum":
             return original(output, what, spec)
         return dataclasses.replace(output, checksum="0" + original(output, what, spec).checksum[1:])
 
-    monkeypatch.setattr(fakeshard.engine, "corrupt", zero_first)
+    monkeypatch.setattr(fakeshard._engine, "corrupt", zero_first)
     with pytest.raises(Divergence, match="Malformed\\(checksum"):
         _every_malformed_kind("middle")
 
@@ -295,7 +295,7 @@ def test_the_machines_checksum_gives_the_contracts_test_vectors():
 
 
 def test_a_checksum_that_cannot_encode_a_lone_surrogate_is_caught_whatever_the_drawn_id(monkeypatch):
-    import fakeshard.contract as contract
+    import fakeshard._contract as contract
 
     sealed = contract.HiddenBundle.sealed
 
@@ -310,7 +310,7 @@ def test_a_checksum_that_cannot_encode_a_lone_surrogate_is_caught_whatever_the_d
 
 def _sealed_instead(monkeypatch, hold):
     """``HiddenBundle.sealed`` holding ``hold(hidden)`` over the right checksum."""
-    import fakeshard.contract as contract
+    import fakeshard._contract as contract
 
     sealed = contract.HiddenBundle.sealed.__func__
 
@@ -349,7 +349,7 @@ def _validate_broken(monkeypatch, wrong):
 
 
 def test_a_refusal_by_validate_that_does_not_name_the_bundle_is_caught(monkeypatch):
-    import fakeshard.contract as contract
+    import fakeshard._contract as contract
 
     made = contract._fail
     monkeypatch.setattr(contract, "_fail", lambda bundle, message: made(None, message))
@@ -382,8 +382,8 @@ def test_a_bundle_found_valid_once_and_not_checked_again_is_caught(monkeypatch):
 
 
 def _surface(*values):
-    from fakeshard.testing.machines import MachineConfig
-    from fakeshard.testing.surface import SurfaceMachine
+    from fakeshard.testing._machines import MachineConfig
+    from fakeshard.testing._surface import SurfaceMachine
 
     machine = SurfaceMachine(MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine"))
     machine.seed_pool()
@@ -403,7 +403,7 @@ def test_the_injector_rule_passes_the_injector_as_it_is():
 
 
 def test_an_injector_whose_delays_do_not_add_up_is_caught(monkeypatch):
-    from fakeshard import faults
+    from fakeshard import _faults as faults
 
     draw = faults.FaultInjector.draw
 
@@ -420,7 +420,8 @@ def test_an_injector_whose_delays_do_not_add_up_is_caught(monkeypatch):
 
 
 def test_an_injector_that_counts_only_matching_calls_is_caught(monkeypatch):
-    from fakeshard import Crash, faults
+    from fakeshard import Crash
+    from fakeshard import _faults as faults
 
     draw = faults.FaultInjector.draw
 
@@ -485,7 +486,7 @@ def test_a_frame_reader_that_refuses_a_header_of_1_mib_is_caught(monkeypatch):
 
 def _spec_rule():
     from fakeshard import ShardSpec
-    from fakeshard.testing.surface import spec_ok
+    from fakeshard.testing._surface import spec_ok
     from tests.test_value_edges import SPEC_EDGES
 
     for args in SPEC_EDGES:
@@ -499,7 +500,7 @@ def test_the_spec_rule_passes_shardspec_as_it_is():
 @pytest.mark.parametrize("field, value", [("model_id", 3), ("n_layers", 4.0), ("hidden_size", 8.0),
                                           ("vocab_size", 1), ("end_layer", 2)])
 def test_a_shardspec_that_lets_one_bound_pass_is_caught(monkeypatch, field, value):
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     post_init = contract.ShardSpec.__post_init__
 
@@ -530,7 +531,7 @@ def _signed_split_frame(data, max_bytes):
 
 def _signed_length():
     from fakeshard import wire
-    from fakeshard.testing.surface import frame_damage
+    from fakeshard.testing._surface import frame_damage
 
     damaged, limit = frame_damage(_VALUES[2], 1, "header_length_signed")
     wire_edges.expect(False, lambda: wire.loadb(damaged, max_bytes=limit), (MalformedBundle,))
@@ -551,7 +552,7 @@ def test_a_frame_reader_that_reads_its_length_signed_is_caught(monkeypatch):
 
 def _frozen_broken(monkeypatch, copies):
     """frozen_array with one rule broken: copy nothing read-only, or everything."""
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     def frozen(values):
         if values.flags.writeable or copies:
@@ -572,7 +573,7 @@ def test_a_frozen_array_that_breaks_one_rule_is_caught(monkeypatch, copies, mess
 
 
 def test_a_validate_that_refuses_finite_rows_off_its_fast_path_is_caught(monkeypatch):
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     rows = contract._check_hidden_rows
 
@@ -587,7 +588,7 @@ def test_a_validate_that_refuses_finite_rows_off_its_fast_path_is_caught(monkeyp
 
 
 def test_a_validate_that_cannot_name_a_value_of_an_array_all_nan_is_caught(monkeypatch):
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     array = contract._check_hidden_array
 
@@ -608,7 +609,7 @@ def _old_float64_rows(hidden):
 
 @pytest.mark.parametrize("case", ["none_array", "text_array", "bool_array", "none_binary", "bool_binary"])
 def test_a_conversion_that_reads_what_is_no_number_as_a_number_is_caught(monkeypatch, case):
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     wire_edges.binary_edge(case)  # passes as it is
     monkeypatch.setattr(contract, "_float64_rows", _old_float64_rows)
@@ -631,7 +632,7 @@ def test_an_array_refusal_that_names_no_bundle_is_caught(monkeypatch):
 def test_a_cast_that_warns_beyond_a_float_s_range_is_caught(monkeypatch, where):
     import warnings
 
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     wire_edges.binary_edge("no_warnings")
     module, name = (contract, "hidden_checksum") if where == "checksum" else (_encode, "_binary_values")
@@ -711,7 +712,7 @@ def test_a_transport_reading_that_holds_hidden_values_to_64_bits_is_caught(monke
 
 
 def test_an_error_reader_that_lets_a_missing_field_through_is_caught(monkeypatch):
-    from fakeshard.errors import ERROR_CODES
+    from fakeshard._errors import ERROR_CODES
 
     error = ERROR_CODES["cache_miss"]("m", session_id="s", epoch=0, expected=0, got=1)
     _reader_edges_of(error)
@@ -724,7 +725,7 @@ def test_an_error_reader_that_lets_a_missing_field_through_is_caught(monkeypatch
 @pytest.mark.parametrize("code", ["cache_miss", "cancelled"])
 def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatch, code):
     from fakeshard import wire
-    from fakeshard.errors import ERROR_CODES
+    from fakeshard._errors import ERROR_CODES
 
     positions = {"expected": 0, "got": 1} if code == "cache_miss" else {}
     error = ERROR_CODES[code]("m", session_id="s", epoch=0, **positions)
@@ -738,7 +739,7 @@ def test_an_error_reader_that_lets_an_unknown_field_through_is_caught(monkeypatc
 
 @pytest.mark.parametrize("field", ["delay", "reserve_tokens"])
 def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeypatch, field):
-    from fakeshard.faults import FaultInjector
+    from fakeshard._faults import FaultInjector
 
     draw = FaultInjector.draw
 
@@ -758,7 +759,7 @@ def test_an_injector_that_keeps_only_the_last_delay_or_reserve_is_caught(monkeyp
 
 
 def test_a_conversion_that_refuses_rows_of_numpy_floats_is_caught(monkeypatch):
-    from fakeshard import contract
+    from fakeshard import _contract as contract
 
     wire_edges.binary_edge("numpy_rows")
     rows = contract._float64_rows

@@ -30,17 +30,17 @@ from tools.mutate import (  # noqa: E402
     write_report,
 )
 
-ENGINE = "fakeshard.engine.xǁSessionEngineǁ"
+ENGINE = "fakeshard._engine.xǁSessionEngineǁ"
 
 
 def test_the_mutated_modules_are_those_that_carry_contract_logic():
     wire = [f"wire.{m}" for m in ("_encode", "_format", "_frame", "_json", "_read", "_schema")]
     assert sorted(modules()) == sorted(f"fakeshard.{m}" for m in
-                                       ("engine", "faults", "contract", *wire, "pipeline", "backend"))
+                                       ("_engine", "_faults", "_contract", *wire, "_pipeline", "_backend"))
 
 
 def test_a_mutant_name_gives_its_module():
-    assert module_of(ENGINE + "decode__mutmut_3") == "fakeshard.engine"
+    assert module_of(ENGINE + "decode__mutmut_3") == "fakeshard._engine"
     assert module_of("fakeshard.wire._read.x_loads__mutmut_12") == "fakeshard.wire._read"
     with pytest.raises(MutateError, match="not a mutmut mutant name"):
         module_of("fakeshard.wire.loads")
@@ -56,12 +56,12 @@ def test_timeouts_count_as_killed_and_untested_mutants_as_surviving():
 def test_a_reason_matches_by_name_and_by_a_piece_of_the_diff():
     reasons = [{"mutants": ENGINE + "__repr__*", "reason": "repr is no contract"},
                {"mutants": ENGINE + "decode*", "diff": "x = 2", "reason": "equivalent: x unused"},
-               {"mutants": "fakeshard.engine.*", "reason": "catch-all"}]
+               {"mutants": "fakeshard._engine.*", "reason": "catch-all"}]
     assert reason_for(ENGINE + "__repr____mutmut_4", "", reasons) == "repr is no contract"
     assert reason_for(ENGINE + "decode__mutmut_1", "-        x = 1\n+        x = 2", reasons) == "equivalent: x unused"
     assert reason_for(ENGINE + "decode__mutmut_2", "+        y = 3", reasons) == "catch-all"
     # the text must be in what the mutant changed, not in the context it shares with its neighbours
-    context = "--- fakeshard/engine.py\n+++ fakeshard/engine.py\n         x = 2\n-        y = 3\n+        y = 4"
+    context = "--- fakeshard/_engine.py\n+++ fakeshard/_engine.py\n         x = 2\n-        y = 3\n+        y = 4"
     assert reason_for(ENGINE + "decode__mutmut_3", context, reasons) == "catch-all"
     assert reason_for("fakeshard.wire.x_loads__mutmut_1", "", reasons) == ""
 
@@ -121,7 +121,7 @@ def test_a_mutant_not_killed_is_equivalent_contract_free_or_a_gap():
     reasons = [{"mutants": ENGINE + "decode*", "diff": "x = 2", "reason": "equivalent: x unused"},
                {"mutants": ENGINE + "__repr__*", "reason": "a repr is no part of the contract",
                 "class": "contract-free"},
-               {"mutants": "fakeshard.engine.*", "reason": "free text"}]
+               {"mutants": "fakeshard._engine.*", "reason": "free text"}]
     words = _diff('        raise _Bad(f"bad {x}")', '        raise _Bad(None)')
     assert class_of(ENGINE + "decode__mutmut_1", _diff("x = 1", "x = 2"), reasons) == "equivalent"
     assert class_of(ENGINE + "__repr____mutmut_1", _diff("return 'a'", "return 'b'"), reasons) == "contract-free"
@@ -162,7 +162,7 @@ def test_the_report_counts_each_module_and_gives_every_survivor_its_reason(tmp_p
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "**Met**" in text and "20.6 minutes with 2 workers" in text
     assert "| `fakeshard.wire._read` | 42 | 40 | 1 | 0 | 1 | 0 | 0 | 97.6% |" in text
-    assert "| `fakeshard.engine` | 41 | 40 | 0 | 1 | 0 | 0 | 0 | 97.6% |" in text
+    assert "| `fakeshard._engine` | 41 | 40 | 0 | 1 | 0 | 0 | 0 | 97.6% |" in text
     assert "a repr is no part of the contract" in text and "(no reason given)" in text
     assert "+new fakeshard.wire._read.x_g__mutmut_1" in text
     data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
@@ -194,7 +194,7 @@ def test_the_report_gives_the_score_of_what_the_contract_sees(tmp_path):
 
 def test_one_module_under_the_goal_fails_the_goal(tmp_path):
     statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(100)}
-    statuses.update({f"fakeshard.backend.x_h__mutmut_{i}": "survived" for i in range(12)})  # 89.3%
+    statuses.update({f"fakeshard._backend.x_h__mutmut_{i}": "survived" for i in range(12)})  # 89.3%
     assert score(Counter(killed=100, survived=12)) < 90  # and 98% overall
     assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
     assert "**Not met**" in (tmp_path / "README.md").read_text(encoding="utf-8")
@@ -202,7 +202,7 @@ def test_one_module_under_the_goal_fails_the_goal(tmp_path):
 
 def test_a_run_stopped_before_every_mutant_was_tested_does_not_meet_the_goal(tmp_path):
     statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(10)}
-    statuses["fakeshard.engine.x_g__mutmut_1"] = "not checked"
+    statuses["fakeshard._engine.x_g__mutmut_1"] = "not checked"
     assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
 
 
@@ -270,11 +270,11 @@ def test_a_report_only_of_the_other_command_is_refused(tmp_path, monkeypatch):
     (tmp_path / "mutants" / RUN_RECORD).write_text(json.dumps(
         {"elapsed_s": 1.0, "returncode": 0, "workers": 2, "tests": "suite"}), encoding="utf-8")
     monkeypatch.setattr(mutate, "_root", lambda: tmp_path)
-    monkeypatch.setattr(mutate, "_mutmut_config", lambda root: {"only_mutate": ["fakeshard/engine.py"]})
-    monkeypatch.setattr(mutate, "_results", lambda root, env: {"fakeshard.engine.x_f__mutmut_1": "killed"})
+    monkeypatch.setattr(mutate, "_mutmut_config", lambda root: {"only_mutate": ["fakeshard/_engine.py"]})
+    monkeypatch.setattr(mutate, "_results", lambda root, env: {"fakeshard._engine.x_f__mutmut_1": "killed"})
     with pytest.raises(MutateError, match="the last run used --tests suite, not --tests machines"):
         run_mutate(MutateOptions(tests="machines", report_only=True))
-    assert run_mutate(MutateOptions(report_only=True)).statuses == {"fakeshard.engine.x_f__mutmut_1": "killed"}
+    assert run_mutate(MutateOptions(report_only=True)).statuses == {"fakeshard._engine.x_f__mutmut_1": "killed"}
 
 
 def test_diffs_come_from_one_process_or_else_one_show_each(tmp_path, monkeypatch):
@@ -282,7 +282,7 @@ def test_diffs_come_from_one_process_or_else_one_show_each(tmp_path, monkeypatch
 
     import tools.mutate as mutate
 
-    names = ["fakeshard.engine.x_f__mutmut_1", "fakeshard.engine.x_f__mutmut_2"]
+    names = ["fakeshard._engine.x_f__mutmut_1", "fakeshard._engine.x_f__mutmut_2"]
     answers = {"batch": subprocess.CompletedProcess([], 0, json.dumps({n: f"+{n}" for n in names}), "")}
     monkeypatch.setattr(mutate.subprocess, "run", lambda *a, **k: answers["batch"])
     monkeypatch.setattr(mutate, "_diff", lambda root, env, name: f"shown {name}")
@@ -309,7 +309,7 @@ def test_bad_workers_is_a_one_line_error(capsys):
 def test_the_mutate_profile_stops_at_the_first_failure_and_keeps_it_as_found():
     from hypothesis import Phase, settings
 
-    from fakeshard.testing import profiles
+    from fakeshard.testing import _profiles as profiles
 
     mutate = profiles.get("mutate")
     assert mutate.derandomize and mutate.database is None and Phase.shrink not in mutate.phases

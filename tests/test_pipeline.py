@@ -16,7 +16,7 @@ from fakeshard import (
     ShardSpec,
     StaleEpoch,
 )
-from fakeshard.faults import MALFORMED_KINDS
+from fakeshard._faults import MALFORMED_KINDS
 
 SPEC = ShardSpec("pipe-model", n_layers=6, start_layer=0, end_layer=6)
 RANGES = ((0, 2), (2, 4), (4, 6))
@@ -136,7 +136,7 @@ def test_a_call_on_every_stage_forgets_the_stage_an_earlier_one_failed_on():
 
 def test_answer_problem_names_everything_wrong_with_an_answer():
     from fakeshard import HiddenBundle, SampleBundle, TokenBundle
-    from fakeshard.pipeline import answer_problem
+    from fakeshard._pipeline import answer_problem
 
     head, tail, width = SPEC.with_layers(0, 2), SPEC.with_layers(4, 6), SPEC.hidden_size
     request = TokenBundle("s", 1, 3, (5, 6))
@@ -226,7 +226,7 @@ class _Counting:
 
 def test_a_feeder_gives_the_upstream_rows_and_computes_a_history_once_while_it_is_kept():
     from fakeshard import FakeShardEngine, TokenBundle
-    from fakeshard.feeder import Feeder
+    from fakeshard._feeder import Feeder
 
     factory = _Counting()
     feeder = Feeder(factory, SPEC.with_layers(2, 4), seed=5)
@@ -246,7 +246,7 @@ def test_a_feeder_gives_the_upstream_rows_and_computes_a_history_once_while_it_i
 
 def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_and_is_greedy():
     from fakeshard import FakeShardEngine
-    from fakeshard.testing.runner import ReferenceStreams
+    from fakeshard.testing._runner import ReferenceStreams
 
     factory = _Counting()
     streams = ReferenceStreams(factory, SPEC, seed=2)
@@ -258,7 +258,7 @@ def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_a
 
 def test_a_feeder_extends_a_kept_history_by_a_decode_only_for_an_exact_factory():
     from fakeshard import FakeShardEngine, TokenBundle
-    from fakeshard.feeder import Feeder
+    from fakeshard._feeder import Feeder
 
     history = [3, 1, 4, 1, 5, 9, 2, 6]
     whole = FakeShardEngine(SPEC.with_layers(0, 2), seed=5).prefill(TokenBundle("u", 0, 0, tuple(history))).array()

@@ -14,10 +14,10 @@ import statistics
 import pytest
 from hypothesis import Phase, settings
 
-from fakeshard.testing import profiles
-from fakeshard.testing.failover import FailoverMachine
-from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
-from fakeshard.testing.regress import replay, run_machine
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._failover import FailoverMachine
+from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing._regress import replay, run_machine
 from tests.planted import BUGS
 
 #: One xdist worker runs this module's tests (``--dist loadgroup``, in the project's addopts),

@@ -14,17 +14,17 @@ import re
 import pytest
 
 from fakeshard import FakeShardEngine, FaultPlan, FaultRule, MemoryPressure
-from fakeshard.testing.coordinating import CoordinatorMachine, CoordinatorRunner, call_budget, load_coordinator
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.regress import replay, run_machine
-from fakeshard.testing.runner import Divergence
-from fakeshard.testing.trace import Trace
+from fakeshard.testing._coordinator_machine import CoordinatorMachine, CoordinatorRunner, call_budget, load_coordinator
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._regress import replay, run_machine
+from fakeshard.testing._runner import Divergence
+from fakeshard.testing._trace import Trace
 from tests.planted_coordinators import PLANTED
 from tests.sound_coordinators import SOUND
 from tests.test_planted import CI_NO_SHRINK, MAX_STEPS
 
 ENGINE = "fakeshard:FakeShardEngine"
-REFERENCE = "fakeshard.testing.coordinating:reference"
+REFERENCE = "fakeshard.testing:reference"
 
 
 def _config(name: str) -> MachineConfig:

@@ -1,6 +1,6 @@
 """The contract's determinism section, as properties over random models and inputs.
 
-Compared by the factory's :class:`~fakeshard.judge.Judge`: exactly for the fixture; for
+Compared by the factory's :class:`~fakeshard._judge.Judge`: exactly for the fixture; for
 an engine with a stated tolerance (real arithmetic), values within it and greedy tokens
 equal wherever the top-2 margin exceeds it.
 """
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakeshard import Pipeline, ShardSpec, TokenBundle
-from fakeshard.judge import Judge
+from fakeshard._judge import Judge
 
 prompts = st.lists(st.integers(0, 255), min_size=1, max_size=12)
 seeds = st.integers(-(2**31), 2**31)

@@ -19,7 +19,7 @@ gguf = pytest.importorskip("gguf")
 from hypothesis import Phase, settings  # noqa: E402
 
 from fakeshard import Pipeline, SessionEngine, ShardSpec, TokenBundle  # noqa: E402
-from fakeshard.judge import Judge  # noqa: E402
+from fakeshard._judge import Judge  # noqa: E402
 from fakeshard.real import (  # noqa: E402
     GGUFError,
     GGUFShardEngine,
@@ -30,10 +30,10 @@ from fakeshard.real import (  # noqa: E402
     tiny_engine,
     write_tiny_gguf,
 )
-from fakeshard.real.model import _tiny_weights  # noqa: E402
-from fakeshard.testing import profiles  # noqa: E402
-from fakeshard.testing.machines import MachineConfig, SessionsMachine  # noqa: E402
-from fakeshard.testing.regress import run_machine  # noqa: E402
+from fakeshard.real._model import _tiny_weights  # noqa: E402
+from fakeshard.testing import _profiles as profiles  # noqa: E402
+from fakeshard.testing._machines import MachineConfig, SessionsMachine  # noqa: E402
+from fakeshard.testing._regress import run_machine  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -396,7 +396,7 @@ def test_a_real_engine_bug_is_caught_under_the_tolerance(tmp_path):
 
 
 def test_open_models_are_shared_and_bounded(tmp_path, monkeypatch):
-    from fakeshard.real import model as model_module
+    from fakeshard.real import _model as model_module
 
     monkeypatch.setattr(model_module, "OPEN_MODELS_MAX", 2)
     paths = [write_tiny_gguf(tmp_path / f"m{i}.gguf", n_layers=1, hidden_size=8, vocab_size=16, seed=i)

@@ -40,10 +40,10 @@ from fakeshard import (  # noqa: E402 - after the skips
     validate,
     wire,
 )
-from fakeshard.contract import hidden_checksum  # noqa: E402
+from fakeshard._contract import hidden_checksum  # noqa: E402
+from fakeshard._topology import Topology, TopologyError  # noqa: E402
 from fakeshard.remote import RemoteError, RemoteShardEngine, serve  # noqa: E402
 from fakeshard.server import ERROR_STATUS, HTTP_ERROR_CODES  # noqa: E402
-from fakeshard.topology import Topology, TopologyError  # noqa: E402
 
 SPEC = ShardSpec("served", 6, 0, 6, hidden_size=8, vocab_size=64)
 RANGES = {"head": (0, 2), "mid": (2, 4), "tail": (4, 6)}
@@ -480,7 +480,7 @@ def test_an_oversized_body_is_payload_too_large(cluster):
 
 def test_the_schemas_accept_every_message_the_server_sends(cluster):
     jsonschema = pytest.importorskip("jsonschema")
-    from fakeshard.schema import schema
+    from fakeshard._schema import schema
 
     def check(name, doc):
         jsonschema.validate(doc, schema(name))

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fakeshard import FakeShardEngine, MalformedBundle, Pipeline, ShardSpec, TokenBundle, validate, wire
-from fakeshard.engine import SessionEngine
+from fakeshard._engine import SessionEngine
 from fakeshard.testing import strategies as fs
 
 

@@ -18,9 +18,9 @@ from fakeshard import (
     ShardSpec,
     wire,
 )
-from fakeshard.factory import FactoryError, load_factory
-from fakeshard.faults import FaultInjector
-from fakeshard.testing.surface import spec_ok
+from fakeshard._factory import FactoryError, load_factory
+from fakeshard._faults import FaultInjector
+from fakeshard.testing._surface import spec_ok
 
 #: One argument of ``("m", 4, 0, 4, 8, 64)`` moved to either side of its bound; what the
 #: machine's model of the contract (``spec_ok``) says of each is what is expected.

@@ -25,8 +25,8 @@ from fakeshard import (
     validate,
     wire,
 )
-from fakeshard.errors import ERROR_CODES
-from fakeshard.faults import MALFORMED_KINDS, OPS
+from fakeshard._errors import ERROR_CODES
+from fakeshard._faults import MALFORMED_KINDS, OPS
 from tests.wire_edges import key_twice
 
 ids = st.text(min_size=1, max_size=12)

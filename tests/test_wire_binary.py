@@ -22,7 +22,7 @@ from fakeshard import (
     validate,
     wire,
 )
-from fakeshard.contract import hidden_checksum
+from fakeshard._contract import hidden_checksum
 
 # docs/contract.md, "The hidden checksum": these pin the algorithm for other languages.
 VECTORS = [

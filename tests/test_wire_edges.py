@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fakeshard import HiddenBundle, MalformedBundle, wire
-from fakeshard.testing.runner import same
-from fakeshard.testing.surface import FRAME_MUTATIONS, MUTATIONS, base64_damage, frame_damage, text_damage
+from fakeshard.testing._runner import same
+from fakeshard.testing._surface import FRAME_MUTATIONS, MUTATIONS, base64_damage, frame_damage, text_damage
 from tests import wire_edges
 
 POOL = wire_edges.pool()

@@ -34,10 +34,10 @@ from fakeshard import (
     validate,
     wire,
 )
-from fakeshard.errors import ERROR_CODES
-from fakeshard.testing.model import well_typed
-from fakeshard.testing.runner import damaged_checksum, same
-from fakeshard.testing.surface import frame_parts, framed
+from fakeshard._errors import ERROR_CODES
+from fakeshard.testing._model import well_typed
+from fakeshard.testing._runner import damaged_checksum, same
+from fakeshard.testing._surface import frame_parts, framed
 
 #: The wire section's kinds, by the type of value, and the keys of its bundles and errors.
 WIRE_KINDS = {"TokenBundle": "token_bundle", "HiddenBundle": "hidden_bundle", "SampleBundle": "sample_bundle",

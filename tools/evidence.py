@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
 
-from fakeshard.check import CheckOptions, CheckResult, run_check, work_dir
+from fakeshard._check import CheckOptions, CheckResult, run_check, work_dir
 
 __all__ = ["EVIDENCE_ROOT", "write_evidence"]
 
@@ -125,10 +125,10 @@ def _write_coordinator_evidence(options: CheckOptions, *, root: Path, dest: Opti
 
 def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> str:
     """The evidence page of a coordinator campaign, from the run just made."""
-    from fakeshard.testing import coordinating as c
+    from fakeshard.testing import _coordinator_machine as c
 
     o = result.options
-    coordinator = o.coordinator or "fakeshard.testing.coordinating:reference"
+    coordinator = o.coordinator or "fakeshard.testing:reference"
     commit = git(root, "rev-parse", "HEAD") or "unknown"
     dirty = bool(git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!evidence"))
     here = f"{root}/"
@@ -200,7 +200,7 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
 
 def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[str],
            suite: tuple[list[str], int, str]) -> str:
-    from fakeshard.testing.probes import REQUIRED
+    from fakeshard.testing._probes import REQUIRED
 
     o = result.options
     fixture = result.evidence_class == "fixture"
@@ -344,7 +344,7 @@ _REAL_LIMITS = [
     "`--engine` at that runtime's own factory for that) or a production-size model.",
     "* Chunking, splitting and replay are compared within the factory's stated tolerance "
     "(1e-3 on hidden values and logits); a greedy token may differ from the reference only "
-    "where the reference's top-2 margin is within that tolerance (`fakeshard/judge.py`; its "
+    "where the reference's top-2 margin is within that tolerance (`fakeshard/_judge.py`; its "
     "branch row above shows whether any such near tie occurred in this run).",
     "* F16, Q8_0 and Q4_0 weights are checked by `tests/test_real.py` and by the opt-in "
     "comparison with llama.cpp (`tests/test_llama_cpp.py`), which this run does not include.",
@@ -355,7 +355,7 @@ _FIXTURE_HANDOFF = [
     "* `fakeshard.FakeShardEngine` and `Pipeline` keep every row above (`tests/`, the machines).",
     "* The machines (`fakeshard.testing`) can be pointed at another engine with `--engine module:callable` "
     "(or `FAKESHARD_ENGINE`); results are labelled with that engine's evidence class.",
-    "* `fakeshard/testing/coordinator.py` is a reference re-route-and-replay policy that never loses "
+    "* `fakeshard/testing/_reference_coordinator.py` is a reference re-route-and-replay policy that never loses "
     "or duplicates a token under the drawn faults (the failover machine's invariant).",
     "* Saved counterexamples in `stateful/regressions/` replay with `fakeshard replay`.",
 ]
@@ -366,7 +366,7 @@ _REAL_HANDOFF = [
     "* `fakeshard.real:tiny_engine` (with `tolerance` and `logits`) is the pattern for a "
     "runtime's own factory: state a tolerance, offer reference logits, and the suite judges "
     "real arithmetic by the top-2 margin rule.",
-    "* `fakeshard/testing/coordinator.py`'s re-route-and-replay policy keeps every token stream a "
+    "* `fakeshard/testing/_reference_coordinator.py`'s re-route-and-replay policy keeps every token stream a "
     "greedy continuation under real arithmetic too (the failover machine's invariant).",
 ]
 
@@ -375,8 +375,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     """``python3 -m tools.evidence [campaign options] [--dest DIR] [--base REV]``."""
     import argparse
 
-    from fakeshard.check import CheckError
-    from fakeshard.cli import add_campaign_options, campaign_options
+    from fakeshard._check import CheckError
+    from fakeshard._cli import add_campaign_options, campaign_options
 
     parser = argparse.ArgumentParser(prog="python3 -m tools.evidence",
                                      description="run a campaign and write this repository's evidence folder")

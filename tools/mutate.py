@@ -12,7 +12,7 @@ The report (``README.md`` and ``results.json`` under ``--dest``) gives, per modu
 the mutants killed, timed out, survived and reached by no test, the score, and every
 mutant not killed with its diff and a one-line reason.  Reasons are kept by hand in
 ``reasons.json`` beside the report: each entry names mutants by a glob on mutmut's
-name (``fakeshard.engine.xǁSessionEngineǁ__repr__*``) and, optionally, a piece of text
+name (``fakeshard._engine.xǁSessionEngineǁ__repr__*``) and, optionally, a piece of text
 the mutated lines must contain, since mutmut's numbering moves when the code does.  A mutant
 not killed and with no reason is listed as ``(no reason given)``.
 
@@ -106,7 +106,7 @@ class MutationRun:
 
 
 def _root() -> Path:
-    from fakeshard.check import work_dir
+    from fakeshard._check import work_dir
 
     return work_dir()
 
@@ -137,7 +137,7 @@ def modules(root: Optional[Path] = None) -> list[str]:
 
 
 def module_of(name: str) -> str:
-    """``fakeshard.engine`` of ``fakeshard.engine.xǁSessionEngineǁdecode__mutmut_3``."""
+    """``fakeshard._engine`` of ``fakeshard._engine.xǁSessionEngineǁdecode__mutmut_3``."""
     match = re.match(r"^(.*?)\.x[_ǁ]", name)
     if match is None:
         raise MutateError(f"not a mutmut mutant name: {name!r}")
@@ -573,7 +573,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "The test command and the mutated modules are `[tool.mutmut]` in `pyproject.toml`"
         + (" (the test command cut to what it collects under `stateful/`: the machines, the saved "
            "traces and the probe check)" if tests == "machines" else "") + "; the",
-        "profile is `fakeshard-mutate` (`fakeshard/testing/profiles.py`).",
+        "profile is `fakeshard-mutate` (`fakeshard/testing/_profiles.py`).",
         "",
         f"## Mutants not killed ({len(survivors)})",
         "",

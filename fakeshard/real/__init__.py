@@ -1,7 +1,7 @@
 """Real-model certification: llama GGUF shard engines in numpy (extra ``real``).
 
 ``pip install 'fakeshard[real]'`` brings numpy and gguf.  The engine is
-:class:`~fakeshard.engine.SessionEngine` (the fixture's session table and
+:class:`~fakeshard._engine.SessionEngine` (the fixture's session table and
 fault layer) over :class:`LlamaBackend`, so only the computation differs
 from :class:`~fakeshard.FakeShardEngine`.
 """
@@ -15,9 +15,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(f"fakeshard.real needs numpy and gguf ({exc}); "
                       "install them with: pip install 'fakeshard[real]'") from exc
 
-from fakeshard.real.engine import GGUFShardEngine, LlamaBackend
-from fakeshard.real.model import GGUFError, GGUFModel, LlamaShape, open_model, write_tiny_gguf
-from fakeshard.real.tiny import TinyFactory, cache_dir, tiny_engine, tiny_model_path
+from fakeshard.real._engine import GGUFShardEngine, LlamaBackend
+from fakeshard.real._model import GGUFError, GGUFModel, LlamaShape, open_model, write_tiny_gguf
+from fakeshard.real._tiny import TinyFactory, cache_dir, tiny_engine, tiny_model_path
 
 __all__ = [
     "GGUFError",

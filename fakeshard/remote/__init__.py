@@ -28,7 +28,7 @@ contract suite and the machines over the network.
 from __future__ import annotations
 
 from fakeshard.remote._admin import ClusterClient
-from fakeshard.remote._engine import SERVER_ENV_VAR, RemoteError, RemoteShardEngine
+from fakeshard.remote._engine import SERVER_ENV_VAR, RemoteError, RemoteShardEngine, session_path
 from fakeshard.remote._serve import serve
 from fakeshard.remote._served import served, served_engine
 
@@ -40,4 +40,5 @@ __all__ = [
     "serve",
     "served",
     "served_engine",
+    "session_path",
 ]

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from typing import Any, Optional
 
 from fakeshard import wire
-from fakeshard.clock import Clock
-from fakeshard.contract import ShardSpec
-from fakeshard.faults import FaultPlan
+from fakeshard._clock import Clock
+from fakeshard._contract import ShardSpec
+from fakeshard._faults import FaultPlan
 from fakeshard.remote._engine import RemoteShardEngine, error_of, new_client
 
 

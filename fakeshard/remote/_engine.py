@@ -10,11 +10,11 @@ from urllib.parse import quote
 import httpx
 
 from fakeshard import wire
-from fakeshard.clock import Clock
-from fakeshard.contract import HiddenBundle, InputBundle, OutputBundle, SampleBundle, ShardSpec, TokenBundle
-from fakeshard.engine import SessionView
-from fakeshard.errors import EngineCrashed, MalformedBundle, ResponseLost, ShardError
-from fakeshard.faults import Fired
+from fakeshard._clock import Clock
+from fakeshard._contract import HiddenBundle, InputBundle, OutputBundle, SampleBundle, ShardSpec, TokenBundle
+from fakeshard._engine import SessionView
+from fakeshard._errors import EngineCrashed, MalformedBundle, ResponseLost, ShardError
+from fakeshard._faults import Fired
 from fakeshard.wire._encode import to_dict
 
 SERVER_ENV_VAR = "FAKESHARD_SERVER"

@@ -15,7 +15,7 @@ from fakeshard.remote._admin import ClusterClient
 @contextmanager
 def serve(topology: Any, *, host: str = "127.0.0.1", time_scale: float = 1.0, subprocess: bool = False,
           timeout: float = 30.0, encoding: str = "frame") -> Iterator[ClusterClient]:
-    """Run ``topology`` (a :class:`~fakeshard.topology.Topology`, its dict, or a path) while the block runs.
+    """Run ``topology`` (a :class:`~fakeshard._topology.Topology`, its dict, or a path) while the block runs.
 
     In this process by default (a server thread); ``subprocess=True`` runs
     ``python -m fakeshard serve`` in a child process, as a coordinator's CI
@@ -25,9 +25,9 @@ def serve(topology: Any, *, host: str = "127.0.0.1", time_scale: float = 1.0, su
             head = cluster.engine("head")
             cluster.partition("mid", "hang")
     """
-    from fakeshard.factory import load_factory
+    from fakeshard._factory import load_factory
+    from fakeshard._topology import Topology
     from fakeshard.server import ServerThread
-    from fakeshard.topology import Topology
 
     if isinstance(topology, (str, Path)):
         topology = Topology.load(topology)

@@ -11,10 +11,10 @@ from typing import Any, Optional
 
 import httpx
 
-from fakeshard.clock import Clock
-from fakeshard.contract import ShardSpec
-from fakeshard.errors import ShardError
-from fakeshard.faults import FaultPlan
+from fakeshard._clock import Clock
+from fakeshard._contract import ShardSpec
+from fakeshard._errors import ShardError
+from fakeshard._faults import FaultPlan
 from fakeshard.remote._admin import ClusterClient
 from fakeshard.remote._engine import SERVER_ENV_VAR, RemoteError, RemoteShardEngine, new_client
 
@@ -104,7 +104,7 @@ def _remove_quietly(admin: ClusterClient, name: str) -> None:
 
 
 def _fixture_factory(spec: ShardSpec, **kwargs: Any) -> Any:
-    from fakeshard.engine import FakeShardEngine
+    from fakeshard._engine import FakeShardEngine
 
     return FakeShardEngine(spec, **kwargs)
 

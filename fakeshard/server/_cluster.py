@@ -8,11 +8,12 @@ from typing import Any, Optional
 from aiohttp import web
 
 from fakeshard import wire
-from fakeshard.clock import Clock, VirtualClock
-from fakeshard.contract import CONTRACT_VERSION, ShardSpec
-from fakeshard.errors import MalformedBundle
-from fakeshard.factory import EngineFactory
-from fakeshard.faults import FaultPlan
+from fakeshard._clock import Clock, VirtualClock
+from fakeshard._contract import CONTRACT_VERSION, ShardSpec
+from fakeshard._errors import MalformedBundle
+from fakeshard._factory import EngineFactory
+from fakeshard._faults import FaultPlan
+from fakeshard._topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
 from fakeshard.server._http import (
     MAX_BODY_BYTES,
     OK,
@@ -24,7 +25,6 @@ from fakeshard.server._http import (
     url_of,
 )
 from fakeshard.server._node import ServedNode
-from fakeshard.topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
 
 
 class ServedCluster:

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from fakeshard import wire
-from fakeshard.contract import CONTRACT_VERSION
+from fakeshard._contract import CONTRACT_VERSION
 
 API_VERSION = "v1"
 #: The node's virtual time spent on the call (seconds), on every answer.

@@ -14,9 +14,9 @@ from typing import Any, Awaitable, Callable, Optional
 from aiohttp import web
 
 from fakeshard import wire
-from fakeshard.clock import Clock
-from fakeshard.contract import CONTRACT_VERSION
-from fakeshard.errors import MalformedBundle, ResponseLost, ShardError
+from fakeshard._clock import Clock
+from fakeshard._contract import CONTRACT_VERSION
+from fakeshard._errors import MalformedBundle, ResponseLost, ShardError
 from fakeshard.server._http import (
     DELAY_HEADER,
     HEAVY_BYTES,

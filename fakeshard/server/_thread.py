@@ -7,11 +7,11 @@ import json
 import threading
 from typing import Any, Awaitable, Optional
 
-from fakeshard.contract import ShardSpec
-from fakeshard.factory import EngineFactory
+from fakeshard._contract import ShardSpec
+from fakeshard._factory import EngineFactory
+from fakeshard._topology import Topology
 from fakeshard.server._cluster import ServedCluster
 from fakeshard.server._node import ServedNode
-from fakeshard.topology import Topology
 
 
 class ServerThread:
@@ -69,7 +69,7 @@ def run_server(topology: Topology, *, host: str = "127.0.0.1", roster: Optional[
     import signal
     import sys
 
-    from fakeshard.factory import load_factory
+    from fakeshard._factory import load_factory
 
     factory = load_factory(topology.engine)
     out = out if out is not None else sys.stdout

@@ -8,11 +8,13 @@ What a project installs to test its engine or its coordinator::
 
 The names below are the kit's public surface; each is imported on first use, so
 ``import fakeshard.testing`` (as the pytest plugin does) imports neither Hypothesis
-nor the machines.  Modules: ``machines``, ``failover``, ``surface``, ``parallel`` and
-``coordinating`` (the machines), ``model`` (the reference model), ``runner`` (the
-step runner), ``coordinator`` (the reference coordinator), ``trace`` and ``regress``
-(traces, shrinking, replay), ``probes``, ``profiles``, ``campaign``, ``suite`` (the
-campaign as pytest tests) and ``plugin`` (the pytest plugin).
+nor the machines.  Public modules: ``checks`` (checks to run on any engine factory),
+``strategies`` (Hypothesis strategies for your own tests), ``suite`` (the campaign as
+pytest tests) and ``plugin`` (the pytest plugin).  The rest is private by name: the
+machines (``_machines``, ``_failover``, ``_surface``, ``_parallel``,
+``_coordinator_machine``), the reference model (``_model``) and coordinator
+(``_reference_coordinator``), the step runner (``_runner``), traces and replay
+(``_trace``, ``_regress``), ``_probes``, ``_profiles``, ``_campaign`` and the rest.
 """
 
 from __future__ import annotations
@@ -23,24 +25,24 @@ from typing import Any
 #: Public name -> the module that defines it.
 _WHERE = {
     "Cluster": "plugin",
-    "Coordinator": "coordinator",
-    "CoordinatorMachine": "coordinating",
-    "CoordinatorRunner": "coordinating",
-    "EngineRunner": "runner",
-    "FailoverMachine": "failover",
-    "FaultsMachine": "machines",
-    "GaveUp": "coordinator",
-    "MachineConfig": "machines",
-    "Model": "model",
-    "SessionsMachine": "machines",
-    "SurfaceMachine": "surface",
-    "Trace": "trace",
-    "WireLink": "coordinator",
-    "load_coordinator": "coordinating",
-    "reference": "coordinating",
-    "replay": "regress",
-    "run_machine": "regress",
-    "run_parallel": "parallel",
+    "Coordinator": "_reference_coordinator",
+    "CoordinatorMachine": "_coordinator_machine",
+    "CoordinatorRunner": "_coordinator_machine",
+    "EngineRunner": "_runner",
+    "FailoverMachine": "_failover",
+    "FaultsMachine": "_machines",
+    "GaveUp": "_reference_coordinator",
+    "MachineConfig": "_machines",
+    "Model": "_model",
+    "SessionsMachine": "_machines",
+    "SurfaceMachine": "_surface",
+    "Trace": "_trace",
+    "WireLink": "_reference_coordinator",
+    "load_coordinator": "_coordinator_machine",
+    "reference": "_coordinator_machine",
+    "replay": "_regress",
+    "run_machine": "_regress",
+    "run_parallel": "_parallel",
 }
 
 __all__ = sorted(_WHERE)

@@ -43,12 +43,12 @@ from fakeshard import (
     TokenBundle,
     VirtualClock,
 )
-from fakeshard.factory import makes_fixture_choices
-from fakeshard.faults import MALFORMED_KINDS
-from fakeshard.feeder import Feeder
-from fakeshard.pipeline import answer_problem
-from fakeshard.testing.model import well_typed
-from fakeshard.testing.runner import damaged_checksum
+from fakeshard._factory import makes_fixture_choices
+from fakeshard._faults import MALFORMED_KINDS
+from fakeshard._feeder import Feeder
+from fakeshard._pipeline import answer_problem
+from fakeshard.testing._model import well_typed
+from fakeshard.testing._runner import damaged_checksum
 
 __all__ = [
     "ENGINE_CHECKS",

@@ -27,9 +27,9 @@ from typing import Any, Callable
 
 import pytest
 
-from fakeshard.clock import VirtualClock
-from fakeshard.contract import ShardSpec
-from fakeshard.factory import (
+from fakeshard._clock import VirtualClock
+from fakeshard._contract import ShardSpec
+from fakeshard._factory import (
     DEFAULT_FACTORY,
     ENV_VAR,
     FactoryError,
@@ -37,12 +37,12 @@ from fakeshard.factory import (
     load_factory,
     makes_fixture_choices,
 )
-from fakeshard.pipeline import Pipeline
+from fakeshard._pipeline import Pipeline
 
 #: The environment variable that names a coordinator factory.
 COORDINATOR_ENV_VAR = "FAKESHARD_COORDINATOR"
 #: The coordinator used when none is named.
-DEFAULT_COORDINATOR = "fakeshard.testing.coordinating:reference"
+DEFAULT_COORDINATOR = "fakeshard.testing:reference"
 #: The model of the ``fake_pipeline`` and ``cluster`` fixtures: six layers over three stages.
 PIPELINE_SPEC = ShardSpec("plugin-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=8, vocab_size=64)
 STAGE_RANGES = ((0, 2), (2, 4), (4, 6))
@@ -113,7 +113,7 @@ def _profiles(config: pytest.Config) -> None:
     if not named and not asked.startswith("fakeshard-"):
         return
     try:
-        from fakeshard.testing import profiles
+        from fakeshard.testing import _profiles as profiles
     except ImportError:  # no Hypothesis: no profile to load
         return
     if named:
@@ -207,7 +207,7 @@ def cluster(engine_factory: Callable[..., Any], virtual_clock: VirtualClock) -> 
 @pytest.fixture(scope="session")
 def coordinator_factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """The coordinator factory under test (``--coordinator``), checked to build a coordinator."""
-    from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+    from fakeshard.testing._coordinator_machine import CoordinatorError, load_coordinator
 
     try:
         return load_coordinator(request.config.stash[RUN].coordinator_name)

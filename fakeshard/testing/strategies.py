@@ -28,8 +28,8 @@ from typing import Optional
 import numpy as np
 from hypothesis import strategies as st
 
-from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle
-from fakeshard.faults import (
+from fakeshard._contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle
+from fakeshard._faults import (
     MALFORMED_KINDS,
     OPS,
     Crash,
@@ -59,7 +59,7 @@ ROLES = ("head", "middle", "tail", "full")
 
 
 def _bad_input_kinds() -> tuple[str, ...]:
-    from fakeshard.testing.runner import BAD_INPUTS
+    from fakeshard.testing._runner import BAD_INPUTS
 
     return BAD_INPUTS
 
@@ -150,7 +150,7 @@ def malformed_inputs(spec: ShardSpec, kind: Optional[str] = None,
                      op: str = "prefill") -> st.SearchStrategy[tuple[str, object]]:
     """``(kind, input)``: a valid input for ``spec`` broken in one named way; an engine of
     ``spec`` refuses it with ``MalformedBundle`` whatever state it is in."""
-    from fakeshard.testing.runner import break_input
+    from fakeshard.testing._runner import break_input
 
     if kind is not None and kind not in BAD_INPUT_KINDS:
         raise ValueError(f"kind must be one of {BAD_INPUT_KINDS}, got {kind!r}")

@@ -15,15 +15,17 @@ from collections import Counter
 
 import pytest
 
-from fakeshard.testing import checks, probes, profiles
-from fakeshard.testing.campaign import machine_settings, reporter_for, traces_dir, whole_profile, worker_seed
-from fakeshard.testing.coordinating import FAULT_OUTCOMES, CoordinatorMachine
-from fakeshard.testing.failover import FailoverMachine
-from fakeshard.testing.machines import FaultsMachine, MachineConfig, SessionsMachine
-from fakeshard.testing.parallel import run_parallel
+from fakeshard.testing import _probes as probes
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing import checks
+from fakeshard.testing._campaign import machine_settings, reporter_for, traces_dir, whole_profile, worker_seed
+from fakeshard.testing._coordinator_machine import FAULT_OUTCOMES, CoordinatorMachine
+from fakeshard.testing._failover import FailoverMachine
+from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing._parallel import run_parallel
+from fakeshard.testing._regress import run_machine
+from fakeshard.testing._surface import SurfaceMachine
 from fakeshard.testing.plugin import RUN
-from fakeshard.testing.regress import run_machine
-from fakeshard.testing.surface import SurfaceMachine
 
 __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "test_machine",
            "test_machine_coordinator", "test_machine_parallel"]

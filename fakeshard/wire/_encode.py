@@ -10,9 +10,16 @@ from typing import Any
 import numpy as np
 from dataclasses_json import DataClassJsonMixin
 
-from fakeshard.contract import CONTRACT_VERSION, HiddenBundle, SampleBundle, TokenBundle, _float64_rows, hidden_checksum
-from fakeshard.errors import ShardError
-from fakeshard.faults import FaultPlan, FaultRule
+from fakeshard._contract import (
+    CONTRACT_VERSION,
+    HiddenBundle,
+    SampleBundle,
+    TokenBundle,
+    _float64_rows,
+    hidden_checksum,
+)
+from fakeshard._errors import ShardError
+from fakeshard._faults import FaultPlan, FaultRule
 from fakeshard.wire import _frame
 from fakeshard.wire._format import HIDDEN_DTYPES, HIDDEN_FORMS, KIND_OF
 

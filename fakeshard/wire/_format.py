@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from fakeshard.contract import HiddenBundle, SampleBundle, TokenBundle
-from fakeshard.faults import FAULT_TYPES, FaultPlan, FaultRule
+from fakeshard._contract import HiddenBundle, SampleBundle, TokenBundle
+from fakeshard._faults import FAULT_TYPES, FaultPlan, FaultRule
 
 #: ``loads`` refuses longer text (override per call with ``max_chars``).
 MAX_TEXT_CHARS = 64 * 1024 * 1024

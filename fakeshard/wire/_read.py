@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Union
 
-from fakeshard.contract import CONTRACT_VERSION, HiddenBundle, SampleBundle, TokenBundle, validate
-from fakeshard.errors import MalformedBundle, ShardError
-from fakeshard.faults import FaultPlan, FaultRule
+from fakeshard._contract import CONTRACT_VERSION, HiddenBundle, SampleBundle, TokenBundle, validate
+from fakeshard._errors import MalformedBundle, ShardError
+from fakeshard._faults import FaultPlan, FaultRule
 from fakeshard.wire import _frame
 from fakeshard.wire._format import BUNDLE_KINDS, KINDS, MAX_FRAME_BYTES, MAX_TEXT_CHARS, Bad
 from fakeshard.wire._json import json_object

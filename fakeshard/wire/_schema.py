@@ -12,8 +12,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from fakeshard.contract import CONTRACT_VERSION, HiddenBundle, frozen_array
-from fakeshard.errors import ERROR_CODES, MalformedBundle, ShardError
+from fakeshard._contract import CONTRACT_VERSION, HiddenBundle, frozen_array
+from fakeshard._errors import ERROR_CODES, MalformedBundle, ShardError
 from fakeshard.wire._format import FAULTS, HIDDEN_DTYPES, Bad
 from fakeshard.wire._json import json_type
 

@@ -2,7 +2,7 @@
 
 ``make_engine`` has ``FakeShardEngine``'s signature. It checks input with
 ``fakeshard.validate``, maps the runtime's errors to the contract's, and
-honours a fault plan: ``fakeshard.faults.FaultInjector`` says which faults are due
+honours a fault plan: ``fakeshard.FaultInjector`` says which faults are due
 on a call, and this file applies them as the contract's fault table says.
 How it breaks a ``Malformed`` output is its own choice (not the fixture's).
 """
@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 import fakeshard as fs
-from fakeshard.faults import FaultInjector
+from fakeshard import FaultInjector
 from tests.independent import runtime as rt
 
 

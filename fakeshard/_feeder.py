@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from fakeshard.contract import HiddenBundle, ShardSpec, TokenBundle
+from fakeshard._contract import HiddenBundle, ShardSpec, TokenBundle
 
 __all__ = ["Feeder"]
 

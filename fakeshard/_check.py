@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from fakeshard.factory import FactoryError, evidence_class_of, load_factory
-from fakeshard.text import text_table
+from fakeshard._factory import FactoryError, evidence_class_of, load_factory
+from fakeshard._text import text_table
 
 __all__ = [
     "CheckError",
@@ -51,15 +51,15 @@ PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
 #: tests (the tester, not what it tests), the command line and the demo.
-COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/cli.py", "*/fakeshard/demo.py",
-                 "*/fakeshard/__main__.py", "*/fakeshard/check.py", "*/fakeshard/schema.py",
-                 "*/fakeshard/topology.py")
+COVERAGE_OMIT = ("*/fakeshard/testing/*", "*/fakeshard/_cli.py", "*/fakeshard/_demo.py",
+                 "*/fakeshard/__main__.py", "*/fakeshard/_check.py", "*/fakeshard/_schema.py",
+                 "*/fakeshard/_topology.py")
 #: The network transport: measured only when the engine under test is a served node.
 TRANSPORT_MODULES = ("*/fakeshard/server/*", "*/fakeshard/remote/*")
 #: What an engine of each evidence class cannot run: the other computation backend, and
 #: for the fixture (compared exactly) the judge's tolerance rules for real arithmetic.
-CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/judge.py"),
-              "real-model": ("*/fakeshard/backend.py",)}
+CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/_judge.py"),
+              "real-model": ("*/fakeshard/_backend.py",)}
 
 
 def coverage_omit(evidence_class: str, engine: str = "") -> tuple[str, ...]:
@@ -131,7 +131,7 @@ SUITE = PACKAGE / "testing" / "suite.py"
 
 def work_dir() -> Path:
     """The source checkout this package runs from, else the current folder."""
-    from fakeshard.testing.trace import checkout_root
+    from fakeshard.testing._trace import checkout_root
 
     return checkout_root() or Path.cwd()
 
@@ -162,7 +162,7 @@ def _validate(options: CheckOptions) -> str:
     if floor is not None and not 0 <= floor <= 100:  # a percent; NaN is refused too
         raise CheckError(f"--min-branch-coverage is a percent from 0 to 100, got {floor}")
     if options.database:
-        from fakeshard.testing.database import DatabaseError, example_database
+        from fakeshard.testing._database import DatabaseError, example_database
 
         if options.profile == "ci":
             raise CheckError("--database needs a randomized profile: ci is derandomized and uses no "
@@ -176,7 +176,7 @@ def _validate(options: CheckOptions) -> str:
     except FactoryError as exc:
         raise CheckError(str(exc)) from None
     if options.coordinator is not None:
-        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+        from fakeshard.testing._coordinator_machine import CoordinatorError, load_coordinator
 
         try:
             load_coordinator(options.coordinator)
@@ -300,7 +300,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
-    from fakeshard.testing import probes
+    from fakeshard.testing import _probes as probes
 
     result.missing_probes = probes.missing(result.probes)
     result.impossible_probes = probes.impossible(result.probes)
@@ -359,7 +359,7 @@ def summary_table(result: CheckResult) -> str:
 
 
 def required_probes() -> frozenset[str]:
-    """The probes a full ci campaign must reach (``fakeshard.testing.probes.REQUIRED``)."""
-    from fakeshard.testing.probes import REQUIRED
+    """The probes a full ci campaign must reach (``fakeshard.testing._probes.REQUIRED``)."""
+    from fakeshard.testing._probes import REQUIRED
 
     return REQUIRED

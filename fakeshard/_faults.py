@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 from dataclasses_json import DataClassJsonMixin
 
-from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, hidden_checksum
+from fakeshard._contract import HiddenBundle, SampleBundle, ShardSpec, hidden_checksum
 
 __all__ = [
     "Crash",

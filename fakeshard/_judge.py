@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional, Sequence
 
-from fakeshard.contract import ShardSpec
+from fakeshard._contract import ShardSpec
 
 __all__ = ["Judge"]
 

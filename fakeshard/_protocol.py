@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from fakeshard.contract import InputBundle, OutputBundle, ShardSpec
+from fakeshard._contract import InputBundle, OutputBundle, ShardSpec
 
 __all__ = ["ShardEngine"]
 

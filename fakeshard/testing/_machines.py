@@ -1,6 +1,6 @@
 """The single-engine machines: Sessions, and Faults (Sessions under a drawn fault plan).
 
-Rules only choose a step; :class:`~fakeshard.testing.runner.EngineRunner` applies it
+Rules only choose a step; :class:`~fakeshard.testing._runner.EngineRunner` applies it
 to the engine and the model and compares.  Configuration is passed in, not
 read from globals: ``run_state_machine_as_test(lambda: SessionsMachine(cfg))``.
 """
@@ -24,11 +24,11 @@ from fakeshard import (
     MemoryPressure,
     ShardSpec,
 )
-from fakeshard.factory import makes_fixture_choices
-from fakeshard.faults import MALFORMED_KINDS, Fault
-from fakeshard.feeder import Feeder
-from fakeshard.testing.runner import BAD_INPUTS, EngineRunner
-from fakeshard.testing.trace import Trace
+from fakeshard._factory import makes_fixture_choices
+from fakeshard._faults import MALFORMED_KINDS, Fault
+from fakeshard._feeder import Feeder
+from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
+from fakeshard.testing._trace import Trace
 
 N_LAYERS = 4
 ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
@@ -69,7 +69,7 @@ class MachineConfig:
     #: The coordinator machine's coordinator: its factory (``None``: import it by name) and
     #: its ``module:callable`` name, which traces record.
     coordinator: Optional[Callable[..., Any]] = None
-    coordinator_name: str = "fakeshard.testing.coordinating:reference"
+    coordinator_name: str = "fakeshard.testing:reference"
 
     @classmethod
     def for_factory(cls, factory: Callable[..., Any], factory_name: str, **kw: Any) -> "MachineConfig":

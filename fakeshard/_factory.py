@@ -11,8 +11,8 @@ import importlib
 import os
 from typing import Any, Callable
 
-from fakeshard.contract import ShardSpec
-from fakeshard.protocol import ShardEngine
+from fakeshard._contract import ShardSpec
+from fakeshard._protocol import ShardEngine
 
 __all__ = [
     "DEFAULT_FACTORY",

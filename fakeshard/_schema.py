@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fakeshard.contract import CONTRACT_VERSION
-from fakeshard.errors import ERROR_CODES
-from fakeshard.faults import MALFORMED_KINDS, OPS
+from fakeshard._contract import CONTRACT_VERSION
+from fakeshard._errors import ERROR_CODES
+from fakeshard._faults import MALFORMED_KINDS, OPS
 
 __all__ = ["SCHEMAS", "document", "schema"]
 

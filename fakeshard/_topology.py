@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from fakeshard.contract import ShardSpec
-from fakeshard.errors import MalformedBundle
-from fakeshard.factory import DEFAULT_FACTORY
-from fakeshard.faults import FaultPlan
+from fakeshard._contract import ShardSpec
+from fakeshard._errors import MalformedBundle
+from fakeshard._factory import DEFAULT_FACTORY
+from fakeshard._faults import FaultPlan
 
 __all__ = ["NodeConfig", "Topology", "TopologyError"]
 

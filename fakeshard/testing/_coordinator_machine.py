@@ -38,7 +38,7 @@ counts compute calls (``prefill``, ``decode``) apart from cleanup calls (``cance
   ``S * F`` compute (a replay over the route for each failing call) and ``N * F``
   cleanup;
 * the coordinator's own virtual time (the clock's advance outside engine calls) <= ``F`` seconds;
-* :class:`~fakeshard.testing.coordinator.GaveUp` only when ``F > GIVE_UP_AFTER``.
+* :class:`~fakeshard.testing._reference_coordinator.GaveUp` only when ``F > GIVE_UP_AFTER``.
 
 A step without a failure thus makes one pass over the route and nothing else (a
 ``release``: a release on every engine): what catches a coordinator that retries without
@@ -68,15 +68,15 @@ from fakeshard import (
     VirtualClock,
     wire,
 )
-from fakeshard.factory import import_callable
-from fakeshard.faults import MALFORMED_KINDS
-from fakeshard.judge import Judge
-from fakeshard.pipeline import answer_problem
-from fakeshard.testing import probes
-from fakeshard.testing.coordinator import Coordinator, GaveUp
-from fakeshard.testing.machines import FinishingMachine, spread
-from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams
-from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
+from fakeshard._factory import import_callable
+from fakeshard._faults import MALFORMED_KINDS
+from fakeshard._judge import Judge
+from fakeshard._pipeline import answer_problem
+from fakeshard.testing import _probes as probes
+from fakeshard.testing._machines import FinishingMachine, spread
+from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
+from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 __all__ = [
     "BUDGET_SECONDS_PER_FAULT",

@@ -10,7 +10,7 @@ Environment variables (set by ``fakeshard check``, usable by hand):
 * ``FAKESHARD_CAMPAIGN_DIR``: where each machine run writes its progress and
   summary as JSON, for ``fakeshard check`` to show and add up.
 * ``FAKESHARD_DATABASE``: a Hypothesis example database shared between
-  hosts (``redis://...`` or a folder; see :mod:`fakeshard.testing.database`).
+  hosts (``redis://...`` or a folder; see :mod:`fakeshard.testing._database`).
 * ``FAKESHARD_TRACES_DIR``: where a failing machine saves its reduced trace
   (default: ``stateful/regressions``, which ``pytest stateful`` replays).
 """
@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from hypothesis import settings as Settings
 
-from fakeshard.testing import database
+from fakeshard.testing import _database as database
 
 
 def _int_env(name: str) -> Optional[int]:
@@ -68,7 +68,7 @@ def machine_settings() -> Settings:
 
 def traces_dir() -> Path:
     """``$FAKESHARD_TRACES_DIR``, else the saved regressions folder."""
-    from fakeshard.testing.trace import REGRESSIONS
+    from fakeshard.testing._trace import REGRESSIONS
 
     chosen = os.environ.get("FAKESHARD_TRACES_DIR")
     return Path(chosen) if chosen else REGRESSIONS

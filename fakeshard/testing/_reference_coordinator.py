@@ -87,7 +87,7 @@ class GaveUp(Exception):
     """A coordinator stops trying: the faults never stopped.
 
     The kit's coordinator machine accepts it only beyond the budget it states
-    (``fakeshard.testing.coordinating.GIVE_UP_AFTER`` failing calls in one step).
+    (``fakeshard.testing._coordinator_machine.GIVE_UP_AFTER`` failing calls in one step).
     """
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from fakeshard import FaultPlan, HiddenBundle, SampleBundle, ShardSpec
-from fakeshard.feeder import Feeder
+from fakeshard._feeder import Feeder
 
 # Outcome codes: "ok" or an error code from the contract.
 OK = "ok"

@@ -44,12 +44,12 @@ from fakeshard import (
     validate,
     wire,
 )
-from fakeshard.errors import ERROR_CODES
-from fakeshard.faults import MALFORMED_KINDS, OPS, FaultInjector
-from fakeshard.feeder import Feeder
-from fakeshard.testing.machines import MachineConfig
-from fakeshard.testing.model import RuleCounters
-from fakeshard.testing.runner import same
+from fakeshard._errors import ERROR_CODES
+from fakeshard._faults import MALFORMED_KINDS, OPS, FaultInjector
+from fakeshard._feeder import Feeder
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._model import RuleCounters
+from fakeshard.testing._runner import same
 
 __all__ = ["FRAME_MUTATIONS", "MUTATIONS", "SurfaceMachine", "frame_parts", "framed"]
 
@@ -105,7 +105,7 @@ INJECTOR_FAULTS = (Delay(0.5), Delay(2), MemoryPressure(3), MemoryPressure(None)
 INJECTOR_WINDOWS = (("any", None, 1, 1, 1.0), ("any", None, 1, None, 1.0), ("prefill", None, 2, 2, 1.0),
                     ("decode", "a", 1, None, 1.0), ("any", "b", 3, 1, 1.0), ("any", None, 1, None, 0.5),
                     ("cancel", None, 1, 3, 0.25), ("any", None, 1, None, 0.0))
-FAULT_ARGS = {
+FAULT_ARGS: dict[str, list[Any]] = {
     "delay": [0, 0.5, 3, -1, math.inf, math.nan, "1", True],
     "memory_pressure": [None, 0, 4, -2, 2.5, True],
     "malformed": list(MALFORMED_KINDS) + ["bitflip", 3],
@@ -249,7 +249,8 @@ class SurfaceMachine(RuleBasedStateMachine):
         if self.config.on_step is not None:
             self.config.on_step(self.config)
 
-    def _expect(self, ok: bool, build: Any, errors: tuple[type, ...] = (ValueError, TypeError)) -> Any:
+    def _expect(self, ok: bool, build: Any,
+                errors: tuple[type[BaseException], ...] = (ValueError, TypeError)) -> Any:
         """``build()`` must return when ``ok``, raise one of ``errors`` when not."""
         self._count()
         if ok:
@@ -296,12 +297,13 @@ class SurfaceMachine(RuleBasedStateMachine):
         arg = data.draw(st.sampled_from(FAULT_ARGS[kind]))
         fault_valid = fault_ok(kind, arg)
         fault = self._expect(fault_valid, lambda: _build_fault(kind, arg))
-        target = fault if fault_valid else "not a fault"
+        target: Any = fault if fault_valid else "not a fault"  # ill-typed on purpose when not valid
         made = self._expect(rule_ok(fault_valid, op, session_id, nth, count, p),
                             lambda: FaultRule(target, op, session_id, nth, count, p))
         if made is None:
             return
-        plan = self._expect(_is_int(seed), lambda: FaultPlan([made], seed))
+        rules: Any = [made]  # a list, which FaultPlan takes as its sequence of rules
+        plan = self._expect(_is_int(seed), lambda: FaultPlan(rules, seed))
         if plan is not None:
             self.pool += [made, plan]
 
@@ -413,7 +415,7 @@ class SurfaceMachine(RuleBasedStateMachine):
         """An error of a drawn code pickles, compares and names itself; an unknown field, or a
         missing one its code has, is refused."""
         cls = ERROR_CODES[code]
-        extra = {name: 3 for name in cls._extra}
+        extra: dict[str, Any] = {name: 3 for name in cls._extra}
         err = cls("message", session_id=sid, epoch=epoch, **extra)
         self._count()
         assert pickle.loads(pickle.dumps(err)) == err and err.code == code

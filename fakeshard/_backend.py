@@ -1,6 +1,6 @@
 """What a layer range computes, under the session rules.
 
-The session table (:mod:`fakeshard.engine`) owns epochs, tombstones,
+The session table (:mod:`fakeshard._engine`) owns epochs, tombstones,
 positions, accounting, crash and faults; a *backend* owns only the numbers:
 how inputs at new positions turn into outputs, given the session's cache.
 :class:`HashBackend` is the fixture's; a real-weights backend plugs in the
@@ -27,7 +27,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from fakeshard.contract import ShardSpec
+from fakeshard._contract import ShardSpec
 
 __all__ = ["Backend", "HashBackend"]
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from fakeshard.clock import VirtualClock
-from fakeshard.contract import SampleBundle, ShardSpec, TokenBundle
-from fakeshard.engine import FakeShardEngine
-from fakeshard.errors import EngineCrashed, ShardError
-from fakeshard.faults import Crash, Delay, DropResponse, FaultPlan, FaultRule
-from fakeshard.pipeline import Pipeline
-from fakeshard.text import text_table
+from fakeshard._clock import VirtualClock
+from fakeshard._contract import SampleBundle, ShardSpec, TokenBundle
+from fakeshard._engine import FakeShardEngine
+from fakeshard._errors import EngineCrashed, ShardError
+from fakeshard._faults import Crash, Delay, DropResponse, FaultPlan, FaultRule
+from fakeshard._pipeline import Pipeline
+from fakeshard._text import text_table
 
 __all__ = ["run_demo"]
 

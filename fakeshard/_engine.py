@@ -1,7 +1,7 @@
 """The session table: one place for epochs, tombstones, positions, accounting, crash.
 
 :class:`SessionEngine` applies the contract's session rules, cache accounting
-and fault plan to any :class:`~fakeshard.backend.Backend`;
+and fault plan to any :class:`~fakeshard._backend.Backend`;
 :class:`FakeShardEngine` is it over the deterministic :class:`HashBackend`.
 Every check happens before anything changes, so a failed call changes
 nothing (only ``Crash`` is defined to change state on a failing call).
@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from fakeshard.backend import Backend, HashBackend
-from fakeshard.clock import Clock, VirtualClock
-from fakeshard.contract import (
+from fakeshard._backend import Backend, HashBackend
+from fakeshard._clock import Clock, VirtualClock
+from fakeshard._contract import (
     HiddenBundle,
     InputBundle,
     OutputBundle,
@@ -27,7 +27,7 @@ from fakeshard.contract import (
     TokenBundle,
     validate,
 )
-from fakeshard.errors import (
+from fakeshard._errors import (
     CacheMiss,
     EngineCrashed,
     MalformedBundle,
@@ -38,7 +38,7 @@ from fakeshard.errors import (
     SessionReleased,
     StaleEpoch,
 )
-from fakeshard.faults import Drawn, FaultInjector, FaultPlan, Fired, corrupt
+from fakeshard._faults import Drawn, FaultInjector, FaultPlan, Fired, corrupt
 
 __all__ = ["FakeShardEngine", "SessionEngine", "SessionView"]
 
@@ -389,7 +389,7 @@ class FakeShardEngine(SessionEngine):
 
     evidence_class = "fixture"
     #: The suites also check the choices this engine makes where the contract
-    #: is silent (see :func:`fakeshard.factory.makes_fixture_choices`).
+    #: is silent (see :func:`fakeshard._factory.makes_fixture_choices`).
     fixture_choices = True
 
     def __init__(

@@ -6,7 +6,7 @@ its own thread (an in-process engine is shared; a served node gets one
 client per branch, so the calls travel on separate connections), recording
 each call's invocation and response as ticks of one shared counter. The
 history must be linearizable under the contract's model
-(:mod:`fakeshard.testing.linearizability`).
+(:mod:`fakeshard.testing._linearizability`).
 
 A race shows only in some interleavings, so each program runs several
 times. Hypothesis generates the programs; a failing one is then reduced
@@ -45,10 +45,11 @@ from fakeshard import (
     TokenBundle,
     wire,
 )
-from fakeshard.testing import probes, profiles
-from fakeshard.testing.draws import stable_draws
-from fakeshard.testing.linearizability import Op, Verdict, check, timeline
-from fakeshard.testing.trace import Trace, git_commit, hypothesis_version, stem
+from fakeshard.testing import _probes as probes
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._linearizability import Op, Verdict, check, timeline
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, stem
 
 CRASH_SESSION = "crash-now"
 SESSIONS = ("a", "b")

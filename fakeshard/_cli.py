@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
 if TYPE_CHECKING:
-    from fakeshard.check import CheckOptions
-    from fakeshard.testing.parallel import ParallelReplay
-    from fakeshard.testing.regress import ReplayResult
-    from fakeshard.testing.trace import Trace
+    from fakeshard._check import CheckOptions
+    from fakeshard.testing._parallel import ParallelReplay
+    from fakeshard.testing._regress import ReplayResult
+    from fakeshard.testing._trace import Trace
 
 __all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
 
@@ -34,7 +34,7 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (each xdist worker adds its index)")
     p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
     p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
-    from fakeshard.check import MACHINES
+    from fakeshard._check import MACHINES
 
     p.add_argument("--machines", type=_machines, default=None,
                    help=f"comma-separated subset of {','.join(MACHINES)} (default: all)")
@@ -95,8 +95,8 @@ def parser() -> argparse.ArgumentParser:
 
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":
     """The campaign that options from :func:`add_campaign_options` ask for."""
-    from fakeshard.check import CheckOptions
-    from fakeshard.factory import resolve_factory_name
+    from fakeshard._check import CheckOptions
+    from fakeshard._factory import resolve_factory_name
 
     coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
     machines = args.machines or (("coordinator",) if args.coordinator else CheckOptions.machines)
@@ -115,7 +115,7 @@ def _env_path(name: str) -> "Path | None":
 
 
 def _check(args: argparse.Namespace) -> int:
-    from fakeshard.check import required_probes, run_check, summary_table
+    from fakeshard._check import required_probes, run_check, summary_table
 
     result = run_check(campaign_options(args))
     out = sys.stdout
@@ -155,13 +155,13 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from fakeshard.factory import FactoryError, load_factory, resolve_factory_name
+    from fakeshard._factory import FactoryError, load_factory, resolve_factory_name
 
     try:
-        from fakeshard.testing.regress import replay
+        from fakeshard.testing._regress import replay
     except ImportError as exc:
         raise _Fail(f"replay needs the extra 'test' (pip install 'fakeshard[test]'): {exc}") from None
-    from fakeshard.testing.trace import Trace
+    from fakeshard.testing._trace import Trace
 
     name = resolve_factory_name(args.engine)
     try:
@@ -169,7 +169,7 @@ def _replay(args: argparse.Namespace) -> int:
     except FactoryError as exc:
         raise _Fail(str(exc)) from None
     if args.coordinator:
-        from fakeshard.testing.coordinating import CoordinatorError, load_coordinator
+        from fakeshard.testing._coordinator_machine import CoordinatorError, load_coordinator
 
         try:
             load_coordinator(args.coordinator)
@@ -190,7 +190,7 @@ def _replay(args: argparse.Namespace) -> int:
     status = 0
     for path, trace in traces:
         if trace.machine == "parallel":
-            from fakeshard.testing.parallel import replay_parallel
+            from fakeshard.testing._parallel import replay_parallel
 
             again = replay_parallel(trace, factory)
             sys.stdout.write(_parallel_report(path, trace, name, again) + "\n")
@@ -230,7 +230,7 @@ def _replay_table(path: Path, trace: "Trace", result: "ReplayResult") -> str:
         mark = ">>" if i == first else ""
         rows.append((mark, str(i), step["op"], json.dumps(args, separators=(",", ":")),
                      _short(expected), _short(actual)))
-    from fakeshard.text import text_table
+    from fakeshard._text import text_table
 
     lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",
              text_table(("", "step", "op", "arguments", "expected", "actual"), rows)]
@@ -261,7 +261,7 @@ class _Fail(Exception):
 def _schema(args: argparse.Namespace) -> int:
     import json
 
-    from fakeshard.schema import document, schema
+    from fakeshard._schema import document, schema
 
     try:
         out = document() if args.name is None else schema(args.name)
@@ -276,8 +276,8 @@ def _serve(args: argparse.Namespace) -> int:
         from fakeshard.server import run_server
     except ImportError as exc:
         raise _Fail(f"serve needs the extra 'serve' (pip install 'fakeshard[serve]'): {exc}") from None
-    from fakeshard.factory import FactoryError
-    from fakeshard.topology import Topology, TopologyError
+    from fakeshard._factory import FactoryError
+    from fakeshard._topology import Topology, TopologyError
 
     if not args.time_scale >= 0:
         raise _Fail(f"--time-scale must be >= 0, got {args.time_scale}")
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from fakeshard.demo import run_demo
+            from fakeshard._demo import run_demo
 
             return run_demo(sys.stdout, seed=args.seed)
         if args.command == "check":
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"fakeshard: error: {exc}\n")
         return 2
     except Exception as exc:
-        from fakeshard.check import CheckError
+        from fakeshard._check import CheckError
 
         if isinstance(exc, CheckError):
             sys.stderr.write(f"fakeshard: error: {exc}\n")

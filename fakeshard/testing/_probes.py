@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Optional
 
-from fakeshard.errors import ERROR_CODES
-from fakeshard.faults import MALFORMED_KINDS
+from fakeshard._errors import ERROR_CODES
+from fakeshard._faults import MALFORMED_KINDS
 
 _COMPUTE_ROWS = ("down", "malformed", "stale", "cancelled", "released", "nothing_held_miss",
                  "position_mismatch", "append", "pressure", "capacity")
@@ -26,7 +26,7 @@ COMPUTE_CONDITIONS = ("down", "malformed", "stale", "cancelled", "released", "no
 CLOSE_CONDITIONS = ("down", "malformed", "stale")
 _FAULT_KINDS = ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")
 _OUTCOMES = ("ok",) + tuple(ERROR_CODES)
-#: What every malformed input the machines send is (``fakeshard.testing.runner.BAD_INPUTS``,
+#: What every malformed input the machines send is (``fakeshard.testing._runner.BAD_INPUTS``,
 #: and the close calls' bad ``epoch`` and ``session``).
 _BAD_KINDS = ("contract", "range", "type", "two_positions", "session_type", "empty_session",
               "epoch_negative", "epoch_bool", "start_negative", "no_positions", "token_type",

@@ -16,9 +16,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from fakeshard.testing import profiles
-from fakeshard.testing.draws import stable_draws
-from fakeshard.testing.trace import REGRESSIONS, Trace, stem
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._trace import REGRESSIONS, Trace, stem
 
 
 @dataclass
@@ -36,10 +36,10 @@ class ReplayResult:
 #: use; every runner has ``from_trace(trace, factory, factory_name, tolerance)``.  A machine
 #: missing here replays with the engine machines' runner (sessions, faults, surface).
 RUNNERS: dict[str, tuple[str, str]] = {
-    "failover": ("fakeshard.testing.failover", "FailoverRunner"),
-    "coordinator": ("fakeshard.testing.coordinating", "CoordinatorRunner"),
+    "failover": ("fakeshard.testing._failover", "FailoverRunner"),
+    "coordinator": ("fakeshard.testing._coordinator_machine", "CoordinatorRunner"),
 }
-_ENGINE_RUNNER = ("fakeshard.testing.runner", "EngineRunner")
+_ENGINE_RUNNER = ("fakeshard.testing._runner", "EngineRunner")
 
 
 def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float) -> Any:
@@ -56,7 +56,7 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
     engines; it fails when a history is not linearizable.
     """
     if trace.machine == "parallel":
-        from fakeshard.testing.parallel import replay_parallel
+        from fakeshard.testing._parallel import replay_parallel
 
         again = replay_parallel(trace, factory)
         return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,
@@ -179,7 +179,7 @@ def run_machine(
 
     ``seed`` fixes Hypothesis's generator (ignored by a derandomized profile);
     ``reduce_failure=False`` saves the failing trace as it was found (by default, under the
-    ``mutate`` profile: :func:`fakeshard.testing.profiles.reduces_failures`).
+    ``mutate`` profile: :func:`fakeshard.testing._profiles.reduces_failures`).
     """
     def factory() -> Any:
         return machine(config)

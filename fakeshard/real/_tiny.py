@@ -28,11 +28,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from fakeshard.clock import Clock
-from fakeshard.contract import ShardSpec
-from fakeshard.faults import FaultPlan
-from fakeshard.real.engine import GGUFShardEngine, LlamaBackend
-from fakeshard.real.model import QUANTS, open_model, write_tiny_gguf
+from fakeshard._clock import Clock
+from fakeshard._contract import ShardSpec
+from fakeshard._faults import FaultPlan
+from fakeshard.real._engine import GGUFShardEngine, LlamaBackend
+from fakeshard.real._model import QUANTS, open_model, write_tiny_gguf
 
 __all__ = ["CACHE_ENV", "TinyFactory", "cache_dir", "tiny_engine", "tiny_model_path"]
 

@@ -29,13 +29,13 @@ from fakeshard import (
     VirtualClock,
     wire,
 )
-from fakeshard.faults import MALFORMED_KINDS
-from fakeshard.judge import Judge
-from fakeshard.testing import probes
-from fakeshard.testing.coordinator import LINK_FORMS, Coordinator, WireLink
-from fakeshard.testing.machines import FinishingMachine
-from fakeshard.testing.runner import Divergence, InvalidStep, ReferenceStreams, view_state
-from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
+from fakeshard._faults import MALFORMED_KINDS
+from fakeshard._judge import Judge
+from fakeshard.testing import _probes as probes
+from fakeshard.testing._machines import FinishingMachine
+from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
+from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
 RANGES = ((0, 2), (2, 4), (4, 6))
@@ -191,7 +191,7 @@ class FailoverRunner:
 
 node_faults = st.one_of(
     st.just(Crash()), st.just(DropResponse()),
-    # A wide integer spreads the kinds evenly (see fakeshard.testing.machines.roles).
+    # A wide integer spreads the kinds evenly (see fakeshard.testing._machines.roles).
     st.integers(0, 2**16).map(lambda i: Malformed(MALFORMED_KINDS[i % len(MALFORMED_KINDS)])),
     st.builds(Delay, st.sampled_from([0.5, 1.0])), st.just(MemoryPressure()),
 )

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import xxhash
 
-from fakeshard.errors import MalformedBundle
+from fakeshard._errors import MalformedBundle
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from fakeshard.contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle, validate
-from fakeshard.errors import MalformedBundle, ShardError
-from fakeshard.protocol import ShardEngine
+from fakeshard._contract import HiddenBundle, SampleBundle, ShardSpec, TokenBundle, validate
+from fakeshard._errors import MalformedBundle, ShardError
+from fakeshard._protocol import ShardEngine
 
 __all__ = ["Pipeline", "answer_problem"]
 

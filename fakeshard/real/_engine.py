@@ -9,7 +9,7 @@ RMS statistics are taken in float64, so any finite float32 activation
 normalises without overflow.  Hidden values arriving beyond float32's range
 saturate at its largest finite value.
 
-:class:`GGUFShardEngine` is :class:`~fakeshard.engine.SessionEngine` over
+:class:`GGUFShardEngine` is :class:`~fakeshard._engine.SessionEngine` over
 it: the session rules, accounting, crash and faults are the fixture's own
 code, only the computation differs.
 """
@@ -22,11 +22,11 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from fakeshard.clock import Clock
-from fakeshard.contract import ShardSpec
-from fakeshard.engine import SessionEngine
-from fakeshard.faults import FaultPlan
-from fakeshard.real.model import GGUFModel, open_model
+from fakeshard._clock import Clock
+from fakeshard._contract import ShardSpec
+from fakeshard._engine import SessionEngine
+from fakeshard._faults import FaultPlan
+from fakeshard.real._model import GGUFModel, open_model
 
 __all__ = ["GGUFShardEngine", "LlamaBackend"]
 

@@ -28,13 +28,13 @@ from fakeshard import (
     validate,
     wire,
 )
-from fakeshard.factory import makes_fixture_choices
-from fakeshard.feeder import Feeder
-from fakeshard.judge import Judge
-from fakeshard.testing import probes
-from fakeshard.testing.coordinator import LINK_FORMS, across
-from fakeshard.testing.model import OK, Expected, Model, Oracle
-from fakeshard.testing.trace import Trace, git_commit, hypothesis_version
+from fakeshard._factory import makes_fixture_choices
+from fakeshard._feeder import Feeder
+from fakeshard._judge import Judge
+from fakeshard.testing import _probes as probes
+from fakeshard.testing._model import OK, Expected, Model, Oracle
+from fakeshard.testing._reference_coordinator import LINK_FORMS, across
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 HIDDEN_KINDS = frozenset({"checksum", "shape", "layer", "nan", "session", "epoch", "position"})
 SAMPLE_KINDS = frozenset({"token_range", "session", "epoch", "position"})
