@@ -1,8 +1,8 @@
 """How long the ci campaign takes to catch each planted bug.
 
-For every planted bug (``tests/planted.py``: the session, fault and failover
-machines), every planted racy engine (``tests/racy.py``: the parallel
-machine) and every planted coordinator (``tests/planted_coordinators.py``: the
+For every planted bug (``planted/engines.py``: the session, fault and failover
+machines), every planted racy engine (``planted/racy.py``: the parallel
+machine) and every planted coordinator (``planted/coordinators.py``: the
 coordinator machine, over fixture engines), runs its machine under the ``ci`` settings without shrinking and
 prints the time to the first failure, then the median and the slowest, and
 the same figures for the fixture running the same campaign to the end (the
@@ -30,13 +30,13 @@ from fakeshard.testing._coordinator_machine import reference as reference_coordi
 from fakeshard.testing._machines import MachineConfig  # noqa: E402
 from fakeshard.testing._parallel import NotLinearizable, run_parallel  # noqa: E402
 from fakeshard.testing._regress import run_machine  # noqa: E402
-from tests import racy  # noqa: E402
-from tests.planted import BUGS  # noqa: E402
-from tests.planted_coordinators import PLANTED  # noqa: E402
+from planted import racy  # noqa: E402
+from planted.coordinators import PLANTED  # noqa: E402
+from planted.engines import BUGS  # noqa: E402
 
 REFERENCE = "fakeshard.testing:reference"
 # The same machines and settings as the test that asserts each bug is caught.
-from tests.test_planted import CI_NO_SHRINK, MACHINES  # noqa: E402
+from planted import CI_NO_SHRINK, MACHINES  # noqa: E402
 
 
 def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool, int]:
@@ -67,7 +67,7 @@ def main(pattern: str = "") -> None:
     cases = [(b.name, b.machine, b.factory) for b in BUGS]
     cases += [(name, "parallel", getattr(racy, name)) for name in racy.RACY]
     # A coordinator's trace names its factory in full: replay and reduction import it by name.
-    cases += [(f"tests.planted_coordinators:{p.name}", "coordinator", p.factory()) for p in PLANTED]
+    cases += [(f"planted.coordinators:{p.name}", "coordinator", p.factory()) for p in PLANTED]
     cases = [c for c in cases if pattern in c[0]]
     print(f"time to the first failure under ci (no Hypothesis shrinking; the parallel machine's own "
           f"reduction included), {len(cases)} planted bugs")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fakeshard import FakeShardEngine  # noqa: E402
 from fakeshard.testing._linearizability import check, check_whole  # noqa: E402
 from fakeshard.testing._parallel import SESSIONS, Program, Tokens, run_program, spec_for  # noqa: E402
-from tests import racy  # noqa: E402
+from planted import racy  # noqa: E402
 
 
 def random_call(rng: random.Random, global_ops: bool) -> tuple:

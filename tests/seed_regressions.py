@@ -13,14 +13,14 @@ from fakeshard.testing import _profiles as profiles  # noqa: F401  (the kit's pr
 from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._regress import run_machine
 from fakeshard.testing._trace import REGRESSIONS
-from tests.planted import BUGS
-from tests.test_planted import CI_NO_SHRINK, MACHINES
+from planted import CI_NO_SHRINK, MACHINES
+from planted.engines import BUGS
 
 
 def main() -> None:
     """Catch each planted bug the way tests/test_planted.py does, saving its trace."""
     for bug in BUGS:
-        config = MachineConfig(bug.factory, f"tests.planted:{bug.name}")
+        config = MachineConfig(bug.factory, f"planted.engines:{bug.name}")
         try:
             run_machine(MACHINES[bug.machine], config, settings=CI_NO_SHRINK, save_dir=REGRESSIONS,
                         note=f"caught planted bug {bug.name} ({bug.rule})")

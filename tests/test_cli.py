@@ -110,7 +110,7 @@ def test_replay_marks_the_first_divergence_on_a_buggy_engine():
             break
     else:
         pytest.skip("no leaky_release trace saved")
-    result = _run("replay", str(path), "--engine", "tests.planted_factories:leaky_release")
+    result = _run("replay", str(path), "--engine", "planted.factories:leaky_release")
     assert result.returncode == 1
     assert ">>" in result.stdout and "FAILS at step" in result.stdout
 

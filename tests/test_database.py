@@ -66,7 +66,7 @@ from hypothesis.extra.redis import RedisExampleDatabase
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._machines import MachineConfig, SessionsMachine
 from fakeshard.testing._regress import run_machine
-from tests.planted import BUGS
+from planted.engines import BUGS
 
 url, seed, phases, prefix, save_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 bug = next(b for b in BUGS if b.name == "stale_as_cache_miss")
@@ -74,7 +74,7 @@ shared = RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=prefix.encod
 chosen = settings(profiles.get("thorough"), max_examples=300, stateful_step_count=40, database=shared,
                   phases=[getattr(Phase, name) for name in phases.split(",")])
 try:
-    run_machine(SessionsMachine, MachineConfig(bug.factory, "tests.planted:" + bug.name), settings=chosen,
+    run_machine(SessionsMachine, MachineConfig(bug.factory, "planted.engines:" + bug.name), settings=chosen,
                 save_dir=Path(save_dir), seed=seed)
     print("passed")
 except AssertionError:

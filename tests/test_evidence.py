@@ -61,11 +61,11 @@ def _evidence(*args: str) -> subprocess.CompletedProcess:
 
 def test_evidence_of_a_coordinator_campaign(tmp_path):
     dest = tmp_path / "coordinator"
-    result = _evidence("--machines", "coordinator", "--coordinator", "tests.planted_coordinators:gives_up_early",
+    result = _evidence("--machines", "coordinator", "--coordinator", "planted.coordinators:gives_up_early",
                        "--profile", "dev", "--examples", "4", "--steps", "8", "--seed", "0", "--dest", str(dest),
                        "--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "out"))
     text = (dest / "README.md").read_text(encoding="utf-8")
-    assert "coordinator campaign of `tests.planted_coordinators:gives_up_early`, fixture engines" in text
+    assert "coordinator campaign of `planted.coordinators:gives_up_early`, fixture engines" in text
     assert "**fixture evidence**" in text and "`coordinator:call:ok`" in text
     # What the page says of the run is what the run did.
     assert (result.returncode == 0) == ("| coordinator campaign (pytest exit code) | 0 (passed) |" in text)

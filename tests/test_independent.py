@@ -22,9 +22,9 @@ from hypothesis import settings
 from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._regress import replay, run_machine
 from fakeshard.testing._trace import Trace
+from planted import CI_NO_SHRINK, MACHINES
 from tests.independent import broken
 from tests.independent.adapter import make_engine
-from tests.test_planted import CI_NO_SHRINK, MACHINES
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEPENDENT = "tests.independent.adapter:make_engine"

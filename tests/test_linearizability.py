@@ -25,7 +25,7 @@ from fakeshard.testing._parallel import (
     spec_for,
 )
 from fakeshard.testing._trace import Trace
-from tests import racy
+from planted import racy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,7 +145,7 @@ def test_a_sequential_history_of_the_fixture_is_linearizable(chosen):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", racy.RACY)
 def test_a_racy_engine_is_caught(name, tmp_path):
-    config = MachineConfig(getattr(racy, name), f"tests.racy:{name}")
+    config = MachineConfig(getattr(racy, name), f"planted.racy:{name}")
     with pytest.raises(NotLinearizable) as info:
         run_parallel(config, settings=profiles.get("ci"), save_dir=tmp_path)
     assert "not linearizable" in str(info.value)

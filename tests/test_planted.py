@@ -12,28 +12,25 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import Phase, settings
 
-from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._failover import FailoverMachine
-from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._regress import replay, run_machine
-from tests.planted import BUGS
+from planted import CI_NO_SHRINK, MACHINES
+from planted.engines import BUGS
 
 #: One xdist worker runs this module's tests (``--dist loadgroup``, in the project's addopts),
 #: so the median check below mostly finds every planted bug's length already measured.
 pytestmark = pytest.mark.xdist_group("planted")
 
-MACHINES = {"sessions": SessionsMachine, "faults": FaultsMachine, "failover": FailoverMachine}
 #: A reduced counterexample longer than this is not a short story.
 MAX_STEPS = 12
-CI_NO_SHRINK = settings(profiles.get("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 LENGTHS: dict[str, int] = {}
 
 
 def _caught(bug, save_dir):
     """The reduced trace of ``bug``, caught by its machine under ``ci`` (no shrink phase)."""
-    config = MachineConfig(bug.factory, f"tests.planted:{bug.name}")
+    config = MachineConfig(bug.factory, f"planted.engines:{bug.name}")
     with pytest.raises(AssertionError):
         run_machine(MACHINES[bug.machine], config, settings=CI_NO_SHRINK,
                     save_dir=save_dir, note=f"planted bug {bug.name} ({bug.rule})")
@@ -79,7 +76,7 @@ def test_failover_machine_catches_a_drifting_spare(tmp_path):
     failover machine's fault-free-stream invariant must notice (crashes come from the
     drawn plans, so the story is longer than the single-engine machines' ones)."""
     bug = next(b for b in BUGS if b.name == "drift_after_restart")
-    config = MachineConfig(bug.factory, "tests.planted:drift_after_restart")
+    config = MachineConfig(bug.factory, "planted.engines:drift_after_restart")
     with pytest.raises(AssertionError):
         run_machine(FailoverMachine, config, settings=CI_NO_SHRINK, save_dir=tmp_path)
     assert 0 < len(config.failures[-1].steps) <= 25

@@ -19,9 +19,10 @@ from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._regress import replay, run_machine
 from fakeshard.testing._runner import Divergence
 from fakeshard.testing._trace import Trace
-from tests.planted_coordinators import PLANTED
+from planted import CI_NO_SHRINK
+from planted.coordinators import PLANTED
 from tests.sound_coordinators import SOUND
-from tests.test_planted import CI_NO_SHRINK, MAX_STEPS
+from tests.test_planted import MAX_STEPS
 
 ENGINE = "fakeshard:FakeShardEngine"
 REFERENCE = "fakeshard.testing:reference"
@@ -34,7 +35,7 @@ def _config(name: str) -> MachineConfig:
 
 @pytest.mark.parametrize("planted", PLANTED, ids=[p.name for p in PLANTED])
 def test_planted_coordinator_is_caught(planted, tmp_path):
-    name = f"tests.planted_coordinators:{planted.name}"
+    name = f"planted.coordinators:{planted.name}"
     config = _config(name)
     with pytest.raises(AssertionError):
         run_machine(CoordinatorMachine, config, settings=CI_NO_SHRINK, save_dir=tmp_path)
@@ -82,7 +83,7 @@ def test_the_budget_counts_cleanup_apart_and_says_why():
     assert call_budget("release", 0) == 0 and call_budget("start", 0, "cleanup") == 6
     assert call_budget("next", 2, "compute", own=False) == 6 and call_budget("next", 0, "cleanup", own=False) == 0
     # Cleanup on a step with no failure is over the budget, and the message says which and why.
-    runner = _cleanup_runner("tests.planted_coordinators:cleans_up_on_every_step")
+    runner = _cleanup_runner("planted.coordinators:cleans_up_on_every_step")
     runner.run({"op": "start", "session_id": "p", "prompt": [1, 2]})
     with pytest.raises(Divergence, match=r"3 cleanup calls \(cancel, release\) for the step's session 'p' in one "
                                          r"step with 0 failing by a fault; the budget is 0: a call on each engine "

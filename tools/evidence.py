@@ -192,7 +192,7 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
         "in flight) is not exercised here.",
         "* Time is virtual; the budget is a cost model (calls and back-off per failing call), not "
         "a latency measurement.",
-        "* Planted coordinators (`tests/planted_coordinators.py`) are caught by the same machine "
+        "* Planted coordinators (`planted/coordinators.py`) are caught by the same machine "
         "in the checkout's tests; this run does not include them.",
         "",
     ])
@@ -329,7 +329,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
 _FIXTURE_LIMITS = [
     "* A fixture cannot prove that any real engine keeps the contract: these results say the "
     "contract is consistent, executable and kept by `FakeShardEngine`, and that the machines "
-    "catch the fourteen planted bugs in `tests/planted.py`.",
+    "catch the fourteen planted bugs in `planted/engines.py`.",
     "* The fixture computes with integer hashes, not floats: numerical drift, kernel "
     "nondeterminism and real memory use are out of its reach.",
 ]
