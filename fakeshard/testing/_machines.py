@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from fakeshard import (
     Crash,
@@ -250,12 +250,6 @@ class _EngineMachine(RecordingMachine):
     @rule()
     def restart(self) -> None:
         self._run({"op": "restart"})
-
-    @invariant()
-    def agrees_with_model(self) -> None:
-        if self.runner is not None:
-            problem = self.runner.invariant_problem()
-            assert problem is None, problem
 
 
 class SessionsMachine(_EngineMachine):

@@ -10,6 +10,7 @@ condition (``CROSSINGS``) that the contract does not make impossible
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Callable, Optional
 
@@ -83,18 +84,26 @@ reached: Counter[str] = Counter()
 
 
 def record(names: list[str]) -> None:
-    event: Optional[Callable[..., None]]
+    """Count ``names`` as reached, and report each to the running Hypothesis test as an event."""
+    reached.update(names)
+    event = _event()
+    if event is None:  # pragma: no cover - hypothesis is a test dependency
+        return
+    for name in names:
+        try:
+            event(name)
+        except Exception:  # event() outside a Hypothesis test (replay) is fine to skip
+            pass
+
+
+@functools.cache
+def _event() -> Optional[Callable[..., None]]:
+    """Hypothesis's ``event``, imported on first use (this module is imported without Hypothesis)."""
     try:
         from hypothesis import event
     except ImportError:  # pragma: no cover - hypothesis is a test dependency
-        event = None
-    for name in names:
-        reached[name] += 1
-        if event is not None:
-            try:
-                event(name)
-            except Exception:  # event() outside a Hypothesis test (replay) is fine to skip
-                pass
+        return None
+    return event
 
 
 def crossings(op: str, holds: tuple[str, ...], fired: tuple[str, ...], code: str, bad: Optional[str],

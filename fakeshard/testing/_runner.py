@@ -319,6 +319,8 @@ class EngineRunner:
         self.model = Model(Oracle(factory, spec, seed), capacity=capacity, plan=plan)
         self.feeder = Feeder(factory, spec, seed=seed)
         self.known: set[str] = set()
+        #: Errors that crossed the wire whole, with the form: the same error crosses the same way.
+        self._crossed: set[tuple[Any, ...]] = set()
         self.trace = Trace(
             machine=machine,
             engine_factory=factory_name,
@@ -421,13 +423,22 @@ class EngineRunner:
             # round trip depends on the output's value, not on the interleaving that led to it,
             # so every form still meets every kind of output over a run, at a third of the cost.
             form = LINK_FORMS[len(self.trace.steps) % len(LINK_FORMS)]
+            # An error met again (its type, message and fields, each field's type too) crosses
+            # as it did: the round trip is a function of them alone.
+            key = (form, type(actual), actual.message, tuple((k, type(v), v) for k, v in actual.fields().items())) \
+                if isinstance(actual, ShardError) else None
+            if key in self._crossed:
+                return None
             try:
                 back = across(actual, form)
             except Exception as exc:
                 return f"{summarize(actual)} does not survive the wire ({form}): {type(exc).__name__}: {exc}"
             if not same(back, actual):
                 return f"{summarize(actual)} comes back from the wire ({form}) as {summarize(back)}"
-            return equality_problem(back, actual)
+            problem = equality_problem(back, actual)
+            if problem is None and key is not None:
+                self._crossed.add(key)
+            return problem
         if isinstance(actual, (SampleBundle, HiddenBundle)):
             # A broken output still crosses a transport as it is, for its receiver to refuse.
             forms = [("json", lambda: wire.loads_unchecked(wire.dumps(actual)))]
