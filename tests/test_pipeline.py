@@ -212,16 +212,27 @@ def test_a_pipeline_refuses_stages_that_do_not_make_one_model_by_name():
 # -- what the machines build inputs and expectations from -------------------------------------
 
 class _Counting:
-    """A factory of fixture engines that counts the engines it builds."""
+    """A factory of fixture engines that counts the engines it builds and the positions they
+    compute, by op (``calls["prefill"]``: the positions of every prefill)."""
 
     def __init__(self):
         self.built = 0
+        self.calls = {"prefill": 0, "decode": 0}
 
     def __call__(self, spec, **kw):
         from fakeshard import FakeShardEngine
 
         self.built += 1
-        return FakeShardEngine(spec, **kw)
+        engine = FakeShardEngine(spec, **kw)
+        for op in ("prefill", "decode"):
+            setattr(engine, op, self._counted(op, getattr(engine, op)))
+        return engine
+
+    def _counted(self, op, call):
+        def counted(bundle):
+            self.calls[op] += len(bundle.tokens)
+            return call(bundle)
+        return counted
 
 
 def test_a_feeder_gives_the_upstream_rows_and_computes_a_history_once_while_it_is_kept():
@@ -236,12 +247,44 @@ def test_a_feeder_gives_the_upstream_rows_and_computes_a_history_once_while_it_i
     assert np.array_equal(np.asarray(feeder.rows(history)), expected)
     bundle = feeder.bundle("s", 2, 3, history, 2)
     assert (bundle.start_pos, bundle.epoch) == (3, 2) and np.array_equal(bundle.array(), expected[3:])
-    assert factory.built == 1  # the same history three times: one upstream engine
+    assert factory.calls["prefill"] == 5  # the same history three times: computed once
+    assert np.array_equal(np.asarray(feeder.rows(history[:2])), expected[:2])  # a beginning: no call
+    assert factory.calls == {"prefill": 5, "decode": 0}
     for n in range(Feeder.MEMO):  # as many other histories as it keeps: the first is gone
-        feeder.rows([n, n])
-    assert factory.built == 1 + Feeder.MEMO
+        feeder.rows([9, n, n])
+    assert factory.calls["prefill"] == 5 + 3 * Feeder.MEMO
     feeder.rows(history)
-    assert factory.built == 2 + Feeder.MEMO
+    assert factory.calls["prefill"] == 10 + 3 * Feeder.MEMO
+    assert factory.built == 1  # one upstream engine; each history a session of its own
+    assert feeder._engine.used_tokens <= 3 * Feeder.MEMO + 5  # what it forgets, it releases
+
+
+def test_a_feeder_extends_a_kept_history_by_its_new_tokens_only_for_an_exact_factory():
+    from fakeshard import FakeShardEngine, TokenBundle
+    from fakeshard._feeder import Feeder
+
+    history = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    whole = FakeShardEngine(SPEC.with_layers(0, 2), seed=5).prefill(TokenBundle("u", 0, 0, tuple(history))).array()
+    factory = _Counting()
+    feeder = Feeder(factory, SPEC.with_layers(2, 4), seed=5)
+    for n in range(3, 9):  # a prompt of 3, then a token a step
+        rows = feeder.rows(history[:n])
+        assert np.array_equal(np.asarray(rows), whole[:n]) and not np.asarray(rows).flags.writeable
+    assert factory.calls == {"prefill": 3, "decode": 5}  # moved on by a decode each step
+    assert np.array_equal(np.asarray(feeder.rows(history)), whole)  # a chunk of 3: one prefill of 3
+    assert factory.calls == {"prefill": 6, "decode": 5}
+    assert np.array_equal(np.asarray(feeder.rows(history[:4])), whole[:4])  # the rows it passed stay
+    assert factory.calls == {"prefill": 6, "decode": 5}
+
+    class Tolerant(_Counting):
+        tolerance = 1e-3
+
+    tolerant = Tolerant()
+    feeder = Feeder(tolerant, SPEC.with_layers(2, 4), seed=5)
+    for n in range(3, 9):
+        assert np.array_equal(np.asarray(feeder.rows(history[:n])), whole[:n])
+    # Within a tolerance, every history from 0.
+    assert tolerant.calls == {"prefill": sum(range(3, 9)), "decode": 0}
 
 
 def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_and_is_greedy():
@@ -256,26 +299,3 @@ def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_a
     assert streams([8, 7], 3) == Pipeline([FakeShardEngine(SPEC, seed=2)]).generate("r", [8, 7], 3)
 
 
-def test_a_feeder_extends_a_kept_history_by_a_decode_only_for_an_exact_factory():
-    from fakeshard import FakeShardEngine, TokenBundle
-    from fakeshard._feeder import Feeder
-
-    history = [3, 1, 4, 1, 5, 9, 2, 6]
-    whole = FakeShardEngine(SPEC.with_layers(0, 2), seed=5).prefill(TokenBundle("u", 0, 0, tuple(history))).array()
-    factory = _Counting()
-    feeder = Feeder(factory, SPEC.with_layers(2, 4), seed=5)
-    for n in range(3, len(history) + 1):  # a prompt of 3, then a token a step
-        rows = feeder.rows(history[:n])
-        assert np.array_equal(np.asarray(rows), whole[:n]) and not np.asarray(rows).flags.writeable
-    assert factory.built == 1  # one upstream engine, moved on by a decode each step
-    assert np.array_equal(np.asarray(feeder.rows(history[:4])), whole[:4])  # the rows it passed stay
-    assert factory.built == 1
-
-    class Tolerant(_Counting):
-        tolerance = 1e-3
-
-    tolerant = Tolerant()
-    feeder = Feeder(tolerant, SPEC.with_layers(2, 4), seed=5)
-    for n in range(3, len(history) + 1):
-        assert np.array_equal(np.asarray(feeder.rows(history[:n])), whole[:n])
-    assert tolerant.built == len(history) - 2  # within a tolerance, every history from 0
