@@ -297,5 +297,3 @@ def test_a_reference_stream_that_grows_a_token_a_step_is_generated_a_few_times_a
     assert [streams([7, 8], n) for n in range(41)] == [whole[:n] for n in range(41)]
     assert factory.built <= 7  # 1, 2, 4, ... 64 tokens: not one generation per step
     assert streams([8, 7], 3) == Pipeline([FakeShardEngine(SPEC, seed=2)]).generate("r", [8, 7], 3)
-
-
