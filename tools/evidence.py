@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fakeshard._check import CheckOptions, CheckResult, run_check, work_dir
+from planted.engines import BUGS
 
 __all__ = ["EVIDENCE_ROOT", "write_evidence"]
 
@@ -243,7 +244,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
              suite_line if suite_rc == NOT_RUN else f"{suite_rc}: `{suite_line}`"),
             ("probes reached", f"{len(set(result.probes) & REQUIRED)}/{len(REQUIRED)}"
              + (f" (unreached: {', '.join(result.missing_probes)})" if result.missing_probes else "")),
-            ("branch coverage of `fakeshard/` from the machines alone",
+            ("branch coverage of `fakeshard/` from the campaign (machines and engine checks)",
              f"{cov.get('branch_percent', 0):.1f}% ({cov.get('covered_branches', 0)}/{cov.get('branches', 0)})"
              + (f", gate {o.min_branch_coverage}%: {'held' if result.coverage_ok else 'FAILED'}"
                 if o.min_branch_coverage is not None else "")),
@@ -270,14 +271,17 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "",
         "## Coverage",
         "",
-        "Branch coverage from the state machines alone (`fakeshard/testing/suite.py`), "
-        "combined across processes; `coverage.json` and `coverage.xml` are beside this file. "
-        "Not counted: the kit itself (`fakeshard/testing/`, `strategies.py`), the command line "
-        "(`cli.py`, `check.py`, `evidence.py`, `mutate.py`, `demo.py`, `__main__.py`), which the machines do "
-        "not drive, and what this engine cannot run: "
+        "Branch coverage from the campaign (`fakeshard/testing/suite.py`: the state machines and the "
+        "kit's engine checks, `fakeshard.testing.checks`), combined across processes; `coverage.json` "
+        "and `coverage.xml` are beside this file. It is not the suite's coverage: the fixed cases at "
+        "the contract's edges that the library's own values must meet are tests "
+        "(`tests/test_wire_edges.py`, `tests/test_value_edges.py`), not campaign steps. "
+        "Not counted: the kit itself (`fakeshard/testing/`), the command line "
+        "(`_cli.py`, `_check.py`, `_demo.py`, `__main__.py`, `_schema.py`, `_topology.py`), which the "
+        "campaign does not drive, and what this engine cannot run: "
         + ("the real-model backend (`fakeshard/real/`) and the judge's tolerance rules for real "
-           "arithmetic (`judge.py`; the fixture is compared exactly)." if fixture else
-           "the fixture's hash backend (`backend.py`)."),
+           "arithmetic (`_judge.py`; the fixture is compared exactly)." if fixture else
+           "the fixture's hash backend (`_backend.py`)."),
         "",
         _table(("file", "statements", "missing", "branches", "partial", "branch %", "combined %"), [
             (name, str(f["statements"]), str(f["missing"]), str(f["branches"]), str(f["partial"]),
@@ -285,9 +289,9 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
             for name, f in cov.get("files", {}).items()]),
         "",
         "The session machines build valid worlds and break the calls made in them; the "
-        "`surface` machine breaks construction (specs, fault records, clocks, factories, "
-        "pipelines) and transport (mutated wire text). What is left unreached is listed "
-        "per line in `coverage.json`.",
+        "`surface` machine builds values from drawn arguments, good and bad, and sends them "
+        "through the wire with a drawn damage; the engine checks meet the contract's edges on "
+        "the engine. What is left unreached is listed per line in `coverage.json`.",
         "",
         "## Probes",
         "",
@@ -329,7 +333,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
 _FIXTURE_LIMITS = [
     "* A fixture cannot prove that any real engine keeps the contract: these results say the "
     "contract is consistent, executable and kept by `FakeShardEngine`, and that the machines "
-    "catch the fourteen planted bugs in `planted/engines.py`.",
+    f"catch the {len(BUGS)} planted bugs in `planted/engines.py` (`tests/test_planted.py`).",
     "* The fixture computes with integer hashes, not floats: numerical drift, kernel "
     "nondeterminism and real memory use are out of its reach.",
 ]
@@ -337,7 +341,7 @@ _REAL_LIMITS = [
     "* The engine is `fakeshard.real.GGUFShardEngine`, the project's own numpy llama engine, "
     "over tiny random-weight models the project writes itself (`tiny_engine`: F32 weights; the "
     "session, fault and failover machines' models have 4 and 6 layers of width 64 and 64 "
-    "tokens, the surface machine's and the contract suite's 1 to 8 layers of width 4 to 64 "
+    "tokens, the engine checks' and the contract suite's 1 to 8 layers of width 4 to 64 "
     "and 2 to 256 tokens). It "
     "certifies that an engine running real weights, a real K/V cache and float arithmetic "
     "keeps the contract under these machines; it does not certify another runtime (point "
