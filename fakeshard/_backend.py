@@ -132,9 +132,8 @@ class HashBackend:
         first = np.asarray(inputs)[:, :4]  # only the limbs' columns are converted
         if first.dtype != np.float32:  # rows of Python numbers, or another dtype: read as float32
             first = np.clip(first.astype(np.float64), -_F32_MAX, _F32_MAX).astype(np.float32)
-        first = first.astype(np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            limbs = np.mod(np.rint((first + 1.0) * 32768.0), 65536.0).astype(np.uint64)
+        first = first.astype(np.float64)  # finite float32 values: nothing below leaves float64's range
+        limbs = np.mod(np.rint((first + 1.0) * 32768.0), 65536.0).astype(np.uint64)
         return ((limbs << _LIMB_SHIFTS).sum(axis=1, dtype=np.uint64)).tolist()
 
     def forward(

@@ -156,3 +156,16 @@ def test_a_value_between_two_float32_values_is_read_as_its_float32(engine):
     # Just below a rounding boundary of the fixture's limbs in float64, on it in float32.
     below = float(np.nextafter((12345 + 0.5) / 32768 - 1, -1))
     _answers_alike([below, 0.0, 0.0, 0.0], engine)
+
+
+@pytest.mark.parametrize("engine", ["fixture", "real"])
+def test_the_largest_float32_values_are_an_input_like_any_other(engine):
+    """At the edges of float32 (its largest finite values, which any arithmetic on them may take
+    past the range) an engine answers both forms alike, and without a warning: a warning is an
+    error wherever warnings are errors."""
+    import warnings
+
+    top = float(np.finfo(np.float32).max)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _answers_alike([top, -top, 0.0, 1e-3], engine)
