@@ -200,6 +200,14 @@ def test_one_module_under_the_goal_fails_the_goal(tmp_path):
     assert "**Not met**" in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
+def test_a_module_with_nothing_to_mutate_does_not_fail_the_goal(tmp_path):
+    statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() if m != "fakeshard.wire._format"
+                for i in range(10)}
+    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is True
+    statuses["fakeshard.wire._format.x_f__mutmut_1"] = "survived"  # one it has, and misses
+    assert write_report(_run(statuses), MutateOptions(dest=tmp_path), argv=[]) is False
+
+
 def test_a_run_stopped_before_every_mutant_was_tested_does_not_meet_the_goal(tmp_path):
     statuses = {f"{m}.x_f__mutmut_{i}": "killed" for m in modules() for i in range(10)}
     statuses["fakeshard._engine.x_g__mutmut_1"] = "not checked"

@@ -481,8 +481,9 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         by_module.setdefault(module_of(name), Counter())[status] += 1
     overall = sum(by_module.values(), Counter())
     # A mutant left untested ("not checked": the run was stopped) leaves the goal unmet.
+    # A module with nothing to mutate (constants only) has no score to hold to the goal.
     met = run.returncode == 0 and not overall["not checked"] and score(overall) >= GOAL_OVERALL and all(
-        score(c) >= GOAL_MODULE for c in by_module.values())
+        score(c) >= GOAL_MODULE for c in by_module.values() if sum(c.values()))
     head = git(root, "rev-parse", "HEAD") or "unknown"
     commit = run.commit or head
     workers = run.workers or options.workers
@@ -496,7 +497,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
     all_classes: Counter[str] = sum(by_class.values(), Counter())
     seen_met = run.returncode == 0 and not overall["not checked"] \
         and contract_score(overall, all_classes) >= GOAL_OVERALL \
-        and all(contract_score(c, by_class[m]) >= GOAL_MODULE for m, c in by_module.items())
+        and all(contract_score(c, by_class[m]) >= GOAL_MODULE for m, c in by_module.items() if sum(c.values()))
 
     def row(label: str, c: Counter) -> str:
         cells = [str(sum(c.values())), str(c["killed"] + c["segfault"]), str(c["timeout"]), str(c["survived"]),
@@ -542,7 +543,7 @@ def write_report(run: MutationRun, options: MutateOptions, *, argv: list[str]) -
         "The same run, with the mutants not killed sorted by what they change: *equivalent* (the",
         "program behaves the same; `reasons.json` says why), *contract-free* (only what the contract",
         "leaves to each engine: the words of a message, found in each mutant's diff by",
-        "`fakeshard.mutate.only_words`, or what its `reasons.json` entry names: the fixture's own",
+        "`tools.mutate.only_words`, or what its `reasons.json` entry names: the fixture's own",
         "numbers, a repr), and *gap* (everything else: a check from the contract could notice it).",
         "The score here is the killed among the mutants tested less the equivalent and contract-free",
         f"ones. By it the goal is **{'met' if seen_met else 'not met'}**: "
