@@ -252,3 +252,30 @@ def test_a_pipeline_whose_last_failed_stage_starts_as_no_int_and_no_none_is_caug
     monkeypatch.setattr(Pipeline, "__init__", empty)
     with pytest.raises(AssertionError):
         _pipeline_rule()
+
+
+def test_the_new_engine_check_passes_the_engine_as_it_is():
+    checks.check_new_engine(FakeShardEngine)
+
+
+def test_an_engine_that_shows_another_spec_is_caught():
+    def whole_model(spec, **kw):
+        return FakeShardEngine(spec.with_layers(0, spec.n_layers), **kw)  # ignores its range
+
+    with pytest.raises(AssertionError, match="an engine built for"):
+        checks.check_new_engine(whole_model)
+
+
+def test_an_engine_that_counts_a_prefill_s_positions_twice_is_caught(monkeypatch):
+    from fakeshard import _engine
+
+    compute = _engine.SessionEngine._compute
+
+    def doubled(self, op, bundle):
+        out = compute(self, op, bundle)
+        self._used += len(getattr(bundle, "tokens", ())) if op == "prefill" else 0
+        return out
+
+    monkeypatch.setattr(_engine.SessionEngine, "_compute", doubled)
+    with pytest.raises(AssertionError):
+        checks.check_new_engine(FakeShardEngine)
