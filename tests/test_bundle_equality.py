@@ -169,3 +169,27 @@ def test_the_largest_float32_values_are_an_input_like_any_other(engine):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _answers_alike([top, -top, 0.0, 1e-3], engine)
+
+
+def _junk(*rows):
+    return HiddenBundle("s", 0, 0, 1, tuple(rows), "0" * 16)
+
+
+@pytest.mark.parametrize("left, right, equal", [
+    ((("x", None),), (("x", None),), True),
+    (((("x",), None),), ((["x"], None),), False),  # a leaf held as a tuple and as a list
+    ((("x", None),), (("y", None),), False),
+    (((1.5, None),), ((1.5, None),), True),
+    (((1.5, None),), ((2.5, None),), False),
+    (((True, None),), ((1, None),), False),  # a bool is not the int it equals
+    (((7, None),), ((7, None),), True),
+    (((frozenset({1}), None),), (({1}, None),), False),  # equal under ==, of two types
+    (((np.float32(1.0), None),), ((np.float32(2.0), None),), False),
+    (((np.array([1.0, 2.0]), None),), ((np.array([[1.0], [2.0]]), None),), False),  # the same bytes, two shapes
+    (((np.array([1.0, 2.0]), None),), ((np.array([1.0, 2.0]), None),), True),
+])
+def test_contents_in_no_form_of_values_are_equal_only_to_the_same_structure(left, right, equal):
+    """Malformed contents (``None``, a str, a bool among numbers, a row that is no tuple) are equal
+    only to contents of the same structure, leaf by leaf, each leaf of the same type."""
+    assert (_junk(*left) == _junk(*right)) is equal
+    assert (_junk(*right) == _junk(*left)) is equal
