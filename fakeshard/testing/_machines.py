@@ -85,6 +85,10 @@ def role_spec(role: str, hidden_size: int = 4) -> ShardSpec:
 
 
 tokens = st.integers(0, 63)
+#: One to four new tokens in two draws (a list costs a draw per item and one per "more?"):
+#: a count, then one integer whose base-64 digits are the tokens; both shrink to few zeros.
+chunks = st.tuples(st.integers(1, 4), st.integers(0, 64**4 - 1)).map(
+    lambda drawn: [drawn[1] >> (6 * i) & 63 for i in range(drawn[0])])
 
 
 def spread(i: int) -> int:
@@ -213,7 +217,7 @@ class _EngineMachine(RecordingMachine):
     # -- rules ------------------------------------------------------------------
 
     @rule(who=who_choices, move=epoch_moves, position=positions,
-          new=st.lists(tokens, min_size=1, max_size=4), bad=bad_inputs)
+          new=chunks, bad=bad_inputs)
     def prefill(self, who: str, move: Any, position: Any, new: list[int], bad: Optional[str]) -> None:
         self._revive()
         self._compute("prefill", who, move, position, new, bad)
