@@ -38,6 +38,7 @@ from fakeshard._errors import ERROR_CODES
 from fakeshard.testing._model import well_typed
 from fakeshard.testing._runner import damaged_checksum, same
 from fakeshard.testing._surface import frame_parts, framed
+from fakeshard.testing.checks import _names as names_the_call
 
 #: The wire section's kinds, by the type of value, and the keys of its bundles and errors.
 WIRE_KINDS = {"TokenBundle": "token_bundle", "HiddenBundle": "hidden_bundle", "SampleBundle": "sample_bundle",
@@ -101,11 +102,7 @@ def contract_checksum(session_id: Any, epoch: Any, start_pos: Any, layer: Any, h
 
 def names_the_bundle(err: MalformedBundle, bundle: Any, what: str) -> None:
     """A refusal names the bundle's well-typed session id and epoch; otherwise each is the value or None."""
-    if well_typed(bundle.session_id, bundle.epoch):
-        assert (err.session_id, err.epoch) == (bundle.session_id, bundle.epoch), \
-            f"the refusal of {what} names session {err.session_id!r} epoch {err.epoch!r}"
-    else:
-        assert err.session_id in (None, bundle.session_id) and err.epoch in (None, bundle.epoch), (what, err)
+    names_the_call(err, bundle.session_id, bundle.epoch, what)
 
 
 def objects(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

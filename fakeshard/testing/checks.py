@@ -48,7 +48,7 @@ from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._feeder import Feeder
 from fakeshard._pipeline import answer_problem
 from fakeshard.testing._model import well_typed
-from fakeshard.testing._runner import damaged_checksum
+from fakeshard.testing._runner import HIDDEN_KINDS, SAMPLE_KINDS, damaged_checksum
 
 __all__ = [
     "ENGINE_CHECKS",
@@ -276,12 +276,9 @@ def check_pipeline_answers(factory: Factory) -> None:
 
 
 def _breakable(kind: str, stages: int) -> list[int]:
-    """The stages of a head -> middle -> tail pipeline whose output ``Malformed(kind)`` can break."""
-    if kind in ("checksum", "shape", "layer", "nan"):
-        return list(range(stages - 1))  # hidden outputs only
-    if kind == "token_range":
-        return [stages - 1]  # a sample only
-    return list(range(stages))
+    """The stages of a head -> middle -> tail pipeline whose output ``Malformed(kind)`` can break:
+    every stage but the last answers hidden states, the last a sample."""
+    return [i for i in range(stages) if kind in (SAMPLE_KINDS if i == stages - 1 else HIDDEN_KINDS)]
 
 
 def check_pipeline_evidence_class(factory: Factory) -> None:
