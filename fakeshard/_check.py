@@ -106,6 +106,8 @@ class CheckResult:
     pytest_tail: str = ""
 
     impossible_probes: list[str] = field(default_factory=list)
+    #: The longest prompt the machines sent the engine (its factory's ``machine_max_positions``).
+    longest: Optional[int] = None
     #: Whether the probe requirement applies (a whole ``ci`` campaign, :func:`full_ci`).
     probes_required: bool = False
 
@@ -144,7 +146,7 @@ def _need_kit() -> None:
         raise CheckError(f"the campaign needs {', '.join(missing)}: pip install 'fakeshard[test]'")
 
 
-def _validate(options: CheckOptions) -> str:
+def _validate(options: CheckOptions) -> tuple[str, Any]:
     _need_kit()
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
@@ -188,7 +190,7 @@ def _validate(options: CheckOptions) -> str:
             f"--certify refused: engine factory {options.engine!r} has evidence_class "
             f"{evidence_class!r}; fixture results are not real-model certification"
         )
-    return evidence_class
+    return evidence_class, factory
 
 
 def _coverage_rc(out: Path, evidence_class: str, engine: str = "") -> Path:
@@ -252,7 +254,7 @@ def _bar(p: dict[str, Any], width: int = 24) -> str:
 
 def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckResult:
     """Run the campaign; raise :class:`CheckError` for bad options."""
-    evidence_class = _validate(options)
+    evidence_class, factory = _validate(options)
     root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
     out.mkdir(parents=True, exist_ok=True)
@@ -302,7 +304,8 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
         result.probes.update(m["probes"])
     from fakeshard.testing import _probes as probes
 
-    result.missing_probes = probes.missing(result.probes)
+    result.longest = probes.longest_of(factory)
+    result.missing_probes = probes.missing(result.probes, result.longest)
     result.impossible_probes = probes.impossible(result.probes)
     result.probes_required = full_ci(options)
     result.coverage = _coverage_reports(out, rc)
@@ -345,7 +348,7 @@ def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
 def summary_table(result: CheckResult) -> str:
     """The campaign's results as a plain-text table."""
     header = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
-    required = required_probes()
+    required = required_probes(result.longest)
     rows = []
     for m in result.machines:
         probes = Counter(m["probes"])
@@ -358,8 +361,9 @@ def summary_table(result: CheckResult) -> str:
     return text_table(header, rows)
 
 
-def required_probes() -> frozenset[str]:
-    """The probes a full ci campaign must reach (``fakeshard.testing._probes.REQUIRED``)."""
-    from fakeshard.testing._probes import REQUIRED
+def required_probes(longest: Optional[int] = None) -> frozenset[str]:
+    """The probes a full ci campaign must reach (``fakeshard.testing._probes.REQUIRED``), of an
+    engine whose prompts stop at ``longest`` positions (``None``: the machines' longest)."""
+    from fakeshard.testing import _probes as probes
 
-    return REQUIRED
+    return probes.required() if longest is None else probes.required(longest)

@@ -219,17 +219,22 @@ def _parallel_report(path: Path, trace: "Trace", name: str, again: "ParallelRepl
 def _replay_table(path: Path, trace: "Trace", result: "ReplayResult") -> str:
     import json
 
+    from fakeshard.testing._lengths import compact
+
     steps = trace.steps
     new = result.trace
     first = result.first_divergence
     rows = []
     for i, step in enumerate(steps, 1):
-        args = {k: v for k, v in step.items() if k != "op"}
+        args = {k: v for k, v in step.items() if k not in ("op", "tokens", "prompt")}
         expected = new.expected[i - 1] if i - 1 < len(new.expected) else {}
         actual = new.actual[i - 1] if i - 1 < len(new.actual) else {}
         mark = ">>" if i == first else ""
-        rows.append((mark, str(i), step["op"], json.dumps(args, separators=(",", ":")),
-                     _short(expected), _short(actual)))
+        shown = json.dumps(args, separators=(",", ":"))
+        for key in ("tokens", "prompt"):  # a long prompt as one short phrase, not thousands of tokens
+            if key in step:
+                shown += f" {key}={compact(step[key])}"
+        rows.append((mark, str(i), step["op"], shown, _short(expected), _short(actual)))
     from fakeshard._text import text_table
 
     lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",

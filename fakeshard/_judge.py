@@ -65,7 +65,7 @@ class Judge:
         return 0 <= got < len(logits) and logits[got] >= max(logits) - self.tolerance
 
     def stream_problem(self, spec: ShardSpec, seed: int, prompt: Sequence[int], got: Sequence[int],
-                       reference: Callable[[list[int], int], list[int]]) -> Optional[str]:
+                       reference: Callable[[Sequence[int], int], list[int]]) -> Optional[str]:
         """``None`` if ``got`` is a greedy continuation of ``prompt``, else what is wrong.
 
         ``reference(history, n)`` is the next ``n`` greedy tokens after
@@ -75,7 +75,8 @@ class Judge:
         """
         done = 0
         while done < len(got):
-            history = list(prompt) + list(got[:done])
+            # The prompt itself first: a reference that keeps it by identity reads it once.
+            history = prompt if done == 0 else list(prompt) + list(got[:done])
             ref = reference(history, len(got) - done)
             diff = next((i for i, (a, b) in enumerate(zip(ref, got[done:])) if a != b), None)
             if diff is None:

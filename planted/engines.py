@@ -392,6 +392,86 @@ class DelayOnlyOnSuccess(FakeShardEngine):
         return out
 
 
+# -- bugs that live at real lengths ------------------------------------------------
+
+
+def _flip_at(out: Any, position: int) -> Any:
+    """``out`` with the value at ``position`` changed (a sampled token: when it is at or past
+    ``position``, since a wrong row there feeds every later one)."""
+    if isinstance(out, SampleBundle):
+        return _flip(out) if out.pos >= position else out
+    rows = out.rows()
+    i = position - out.start_pos
+    if not 0 <= i < len(rows):
+        return out
+    changed = rows[:i] + ((rows[i][0] * -1 + 0.5,) + rows[i][1:],) + rows[i + 1:]
+    return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, changed)
+
+
+class DriftFrom12(Wrapper):
+    """Lengths: a decode at position 12 or later reads the KV cache one slot off, so what it
+    computes drifts (a prefill of the same positions is right)."""
+
+    def decode(self, bundle: Any) -> Any:
+        out = self.inner.decode(bundle)
+        return _flip(out) if bundle.start_pos >= 12 else out
+
+
+class SeamAt512(Wrapper):
+    """Lengths: a prefill computes its positions in chunks of 512 and the second chunk starts
+    one position late, so a call covering positions 511 and 512 gets position 512 wrong."""
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        start = bundle.start_pos
+        return _flip_at(out, 512) if start <= 511 < start + _positions(bundle) - 1 else out
+
+
+class WindowAt4097(Wrapper):
+    """Lengths: a prompt prefilled from position 0 past a 4,096-position window is off by one
+    from position 4,097 on (prompts that arrive in chunks, and decodes, are right)."""
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        return _flip_at(out, 4097) if bundle.start_pos == 0 and _positions(bundle) > 4097 else out
+
+
+def _int16(n: Any) -> Any:
+    return (n + 2**15) % 2**16 - 2**15 if isinstance(n, int) and not isinstance(n, bool) else n
+
+
+class Int16ErrorPositions(Wrapper):
+    """Lengths: a cache miss or position mismatch names its positions as 16-bit integers, so
+    beyond 32,767 its ``expected`` and ``got`` wrap."""
+
+    def _call(self, fn: Callable[[Any], Any], bundle: Any) -> Any:
+        try:
+            return fn(bundle)
+        except (CacheMiss, PositionMismatch) as exc:
+            raise type(exc)(exc.message, session_id=exc.session_id, epoch=exc.epoch,
+                            expected=_int16(exc.expected), got=_int16(exc.got)) from None
+
+    def prefill(self, bundle: Any) -> Any:
+        return self._call(self.inner.prefill, bundle)
+
+    def decode(self, bundle: Any) -> Any:
+        return self._call(self.inner.decode, bundle)
+
+
+class ReserveOverflows(FakeShardEngine):
+    """Lengths x capacity: the room left under a memory reserve is computed in 32-bit signed
+    arithmetic, so a reservation of 2**32 or more wraps around and a call that cannot fit is
+    admitted."""
+
+    def _enter(self, op: str, session_id: object, epoch: object) -> Any:
+        drawn = super()._enter(op, session_id, epoch)
+        capacity = self.capacity_tokens
+        if drawn.reserve_tokens and capacity is not None:
+            room = (capacity - drawn.reserve_tokens + 2**31) % 2**32 - 2**31
+            return dataclasses.replace(drawn, reserve_tokens=capacity - room)
+        return drawn
+
+
 def _without(fault_type: type) -> Callable[..., Any]:
     def factory(spec: Any, *, faults: Any = None, **kw: Any) -> FakeShardEngine:
         if faults is not None:
@@ -442,4 +522,10 @@ BUGS = (
     Bug("reserve_only_on_create", "capacity x memory pressure", ReserveOnlyOnCreate, "faults"),
     Bug("drop_on_failed_call", "fault x outcome: lost response", DropOnFailedCall, "faults"),
     Bug("delay_only_on_success", "fault x outcome: delay", DelayOnlyOnSuccess, "faults"),
+    # Bugs at lengths (a KV slot, a prefill chunk's seam, a window, 16- and 32-bit counters).
+    Bug("drift_from_12", "lengths", _wrapped(DriftFrom12), "sessions"),
+    Bug("seam_at_512", "lengths", _wrapped(SeamAt512), "sessions"),
+    Bug("window_at_4097", "lengths", _wrapped(WindowAt4097), "sessions"),
+    Bug("int16_error_positions", "lengths", _wrapped(Int16ErrorPositions), "sessions"),
+    Bug("reserve_overflows", "lengths x capacity", ReserveOverflows, "faults"),
 )

@@ -201,8 +201,9 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
 
 def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[str],
            suite: tuple[list[str], int, str]) -> str:
-    from fakeshard.testing._probes import REQUIRED
+    from fakeshard._check import required_probes
 
+    required = required_probes(result.longest)
     o = result.options
     fixture = result.evidence_class == "fixture"
     commit = git(root, "rev-parse", "HEAD") or "unknown"
@@ -242,7 +243,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
              f"({'passed' if not result.failed else 'FAILED'})"),
             ("contract suite `tests/` on the same engine",
              suite_line if suite_rc == NOT_RUN else f"{suite_rc}: `{suite_line}`"),
-            ("probes reached", f"{len(set(result.probes) & REQUIRED)}/{len(REQUIRED)}"
+            ("probes reached", f"{len(set(result.probes) & required)}/{len(required)}"
              + (f" (unreached: {', '.join(result.missing_probes)})" if result.missing_probes else "")),
             ("branch coverage of `fakeshard/` from the campaign (machines and engine checks)",
              f"{cov.get('branch_percent', 0):.1f}% ({cov.get('covered_branches', 0)}/{cov.get('branches', 0)})"
@@ -298,7 +299,7 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "Every contract row, error code and fault kind the campaign must reach, with how often "
         "it was reached.",
         "",
-        _table(("probe", "reached"), [(f"`{p}`", str(result.probes.get(p, 0))) for p in sorted(REQUIRED)]),
+        _table(("probe", "reached"), [(f"`{p}`", str(result.probes.get(p, 0))) for p in sorted(required)]),
         "",
         "## Limitations",
         "",

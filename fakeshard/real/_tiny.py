@@ -17,7 +17,10 @@ The factory also carries what the suites need to judge real arithmetic:
 * ``machine_hidden_size``: the width the state machines should give their
   models: 64, four query heads over two K/V heads of width 16 (eight rotary
   frequencies), where the machines' default width of 4 would leave one K/V
-  head of width 2.
+  head of width 2;
+* ``machine_max_positions`` (1,026) and ``machine_wide_hidden_size`` (``None``): the
+  machines' long prompts stop at 1,026 positions (the last at position 1,025) (the tiny model's prefill attention grows
+  with the square of the prompt), and no run takes a real width.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ class TinyFactory:
         #: Its engines are SessionEngines: they make every choice the fixture makes.
         self.fixture_choices = True
         self.machine_hidden_size = machine_hidden_size
+        self.machine_max_positions = 1026
+        self.machine_wide_hidden_size = None
 
     def __call__(
         self,

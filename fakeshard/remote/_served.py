@@ -89,7 +89,8 @@ def served(factory: Any) -> Any:
         weakref.finalize(engine, shared.doomed.append, described["name"])
         return engine
 
-    for attr in ("tolerance", "logits", "machine_hidden_size", "fixture_choices"):
+    for attr in ("tolerance", "logits", "machine_hidden_size", "machine_wide_hidden_size",
+                 "machine_max_positions", "fixture_choices"):
         if hasattr(factory, attr):
             setattr(make, attr, getattr(factory, attr))
     make.__name__ = f"served_{getattr(factory, '__name__', 'engine')}"

@@ -32,7 +32,8 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._machines import FinishingMachine
+from fakeshard.testing._lengths import MAX_VALUES_PER_STEP, tokens_of
+from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
@@ -87,7 +88,7 @@ class FailoverRunner:
 
     def reference(self, sid: str, n: int) -> list[int]:
         """The first ``n`` tokens a fault-free FULL engine generates for the session's prompt."""
-        return self.continuation(list(self.coordinator.sessions[sid].prompt), n)
+        return self.continuation(self.coordinator.sessions[sid].prompt, n)
 
     def run(self, step: dict[str, Any]) -> None:
         op, sid = step["op"], step["session_id"]
@@ -103,7 +104,7 @@ class FailoverRunner:
         calls_before = len(c.calls)
         try:
             if op == "start":
-                c.start(sid, step["prompt"])
+                c.start(sid, tokens_of(step["prompt"]))
                 result: Any = None
             elif op == "next":
                 result = c.next_token(sid)
@@ -210,6 +211,8 @@ class FailoverMachine(FinishingMachine):
 
     @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
+        #: The longest prompt a start sends: the factory's, and a bounded number of values a step.
+        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // self.config.hidden_size))
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance,
                                      hidden_size=self.config.hidden_size)
@@ -219,8 +222,10 @@ class FailoverMachine(FinishingMachine):
         return [sid for sid in SIDS if (sid in sessions and sessions[sid].open) == open_]
 
     @precondition(lambda self: bool(self._sessions(open_=False)))
-    @rule(data=st.data(), prompt=st.lists(st.integers(0, 63), min_size=1, max_size=6))
-    def start(self, data: st.DataObject, prompt: list[int]) -> None:
+    @rule(data=st.data(), prompt=now_and_then(st.lists(st.integers(0, 63), min_size=1, max_size=6), seeded_runs))
+    def start(self, data: st.DataObject, prompt: Any) -> None:
+        if isinstance(prompt, dict) and prompt["count"] > self.longest:
+            prompt = {**prompt, "count": self.longest}
         sid = data.draw(st.sampled_from(self._sessions(open_=False)))
         self._run({"op": "start", "session_id": sid, "prompt": prompt})
 

@@ -27,8 +27,10 @@ from fakeshard import (
 from fakeshard._factory import makes_fixture_choices
 from fakeshard._faults import MALFORMED_KINDS, Fault
 from fakeshard._feeder import Feeder
+from fakeshard.testing._lengths import BIG_RESERVES, EDGES, LONGEST, MAX_VALUES_PER_STEP
 from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
 from fakeshard.testing._trace import Trace
+from fakeshard.testing.strategies import lengths
 
 N_LAYERS = 4
 ROLE_RANGES = {"head": (0, 2), "middle": (1, 3), "tail": (2, 4), "full": (0, 4)}
@@ -52,6 +54,13 @@ class MachineConfig:
     #: models need more room (real attention heads) asks for a wider one with a
     #: ``machine_hidden_size`` attribute.
     hidden_size: int = 4
+    #: A real width some runs use (with short prompts, so a step moves a bounded number of
+    #: values), so that size-dependent code paths are met; ``None`` for none.  A factory
+    #: states another, or ``None``, with a ``machine_wide_hidden_size`` attribute.
+    wide_hidden_size: Optional[int] = 4096
+    #: The longest prompt a step sends.  A factory whose prefill grows faster than linearly
+    #: (real attention) states a shorter one with a ``machine_max_positions`` attribute.
+    max_positions: int = LONGEST
     #: Whether the engines make the fixture's choices where the contract is
     #: silent (``fixture_choices`` on the factory): steps whose outcome rests
     #: on such a choice hold other engines to the contract alone.
@@ -76,6 +85,8 @@ class MachineConfig:
         """A config with what the factory states: its ``tolerance`` and ``machine_hidden_size``."""
         return cls(factory, factory_name, tolerance=getattr(factory, "tolerance", 0.0),
                    hidden_size=getattr(factory, "machine_hidden_size", 4),
+                   wide_hidden_size=getattr(factory, "machine_wide_hidden_size", 4096),
+                   max_positions=getattr(factory, "machine_max_positions", LONGEST),
                    fixture_choices=makes_fixture_choices(factory), **kw)
 
 
@@ -89,6 +100,27 @@ tokens = st.integers(0, 63)
 #: a count, then one integer whose base-64 digits are the tokens; both shrink to few zeros.
 chunks = st.tuples(st.integers(1, 4), st.integers(0, 64**4 - 1)).map(
     lambda drawn: [drawn[1] >> (6 * i) & 63 for i in range(drawn[0])])
+
+
+def now_and_then(common: st.SearchStrategy[Any], rare: st.SearchStrategy[Any],
+                 odds: int = 7) -> st.SearchStrategy[Any]:
+    """``common``, and one draw in ``odds + 1`` ``rare`` (``st.one_of`` would not do: it takes
+    a strategy given twice as one branch).  Shrinks towards ``common``."""
+    return st.integers(0, odds).flatmap(lambda k: rare if k == odds else common)
+
+
+#: A long prompt as a seeded run (``fakeshard.testing._lengths.tokens_of``): one step of a
+#: trace however long.
+seeded_runs = st.builds(lambda n, seed: {"count": n, "seed": seed}, lengths(), st.integers(0, 2**32 - 1))
+#: Start positions, capacities, at a boundary's edge (7, 8, 9, ..., 32769).
+edges = st.sampled_from(EDGES)
+#: A prefill's new tokens: mostly a chunk, one time in eight a long prompt at a length real
+#: engines break at (a seeded run, one step of a trace however long).
+prompts = now_and_then(chunks, seeded_runs)
+#: Capacities: none or a few positions, one run in eight one at a boundary's edge (7 .. 32769).
+capacities = now_and_then(st.none() | st.integers(0, 10), edges)
+#: A run's width: one run in eight a real one (``MachineConfig.wide_hidden_size``).
+wide = st.integers(0, 7).map(lambda i: i == 0)
 
 
 def spread(i: int) -> int:
@@ -106,8 +138,9 @@ roles = st.integers(0, 2**16).map(lambda i: sorted(ROLE_RANGES)[spread(i) % len(
 who_choices = st.sampled_from(["live:0", "live:1", "live:2", "any:0", "any:1", "any:2"])
 #: Which epoch, relative to the session's newest: mostly the same one.
 epoch_moves = st.sampled_from(["same"] * 4 + ["up", "down", 0, 1, 2, 3])
-#: Which start position: mostly the next one, sometimes 0 or a fixed one.
-positions = st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5])
+#: Which start position: mostly the next one, sometimes 0 or a fixed one, now and then one at
+#: a boundary's edge (7, 8, 9, ..., 32769).
+positions = now_and_then(st.sampled_from(["next"] * 3 + ["zero", 0, 1, 2, 3, 5]), edges)
 #: Mostly well-formed input; sometimes each kind of malformed input.
 bad_inputs = st.sampled_from([None] * 57 + list(BAD_INPUTS))
 #: Calls to a down engine: a third well-formed, the rest each kind of malformed input (a wide
@@ -163,10 +196,13 @@ class _EngineMachine(RecordingMachine):
 
     machine_name = "engine"
 
-    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan) -> None:
+    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, wide: bool = False) -> None:
+        hidden = self.config.wide_hidden_size if wide and self.config.wide_hidden_size else self.config.hidden_size
+        #: The longest prompt a step sends: the factory's, and a bounded number of values a step.
+        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // hidden))
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
-            spec=role_spec(role, self.config.hidden_size), seed=seed, capacity=capacity, plan=plan,
+            spec=role_spec(role, hidden), seed=seed, capacity=capacity, plan=plan,
             tolerance=self.config.tolerance,
         )
 
@@ -202,8 +238,10 @@ class _EngineMachine(RecordingMachine):
         if self.runner.model.crashed:
             self._run({"op": "restart"})
 
-    def _compute(self, op: str, who: str, move: Any, position: Any, new: list[int],
+    def _compute(self, op: str, who: str, move: Any, position: Any, new: Any,
                  bad: Optional[str]) -> None:
+        if isinstance(new, dict) and new["count"] > self.longest:
+            new = {**new, "count": self.longest}
         sid = self._sid(who)
         epoch = self._epoch(sid, move)
         start = self._start_pos(sid, epoch, position)
@@ -217,8 +255,8 @@ class _EngineMachine(RecordingMachine):
     # -- rules ------------------------------------------------------------------
 
     @rule(who=who_choices, move=epoch_moves, position=positions,
-          new=chunks, bad=bad_inputs)
-    def prefill(self, who: str, move: Any, position: Any, new: list[int], bad: Optional[str]) -> None:
+          new=prompts, bad=bad_inputs)
+    def prefill(self, who: str, move: Any, position: Any, new: Any, bad: Optional[str]) -> None:
         self._revive()
         self._compute("prefill", who, move, position, new, bad)
 
@@ -261,10 +299,10 @@ class SessionsMachine(_EngineMachine):
 
     machine_name = "sessions"
 
-    @initialize(role=roles, capacity=st.none() | st.integers(0, 10),
-                seed=st.integers(0, 2))
-    def setup(self, role: str, capacity: Optional[int], seed: int) -> None:
-        self._start(role, capacity, seed, FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)))
+    @initialize(role=roles, capacity=capacities, seed=st.integers(0, 2), wide=wide)
+    def setup(self, role: str, capacity: Optional[int], seed: int, wide: bool) -> None:
+        self._start(role, capacity, seed, FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)),
+                    wide)
 
     @precondition(lambda self: self.runner is not None and not self.runner.model.crashed)
     @rule()
@@ -274,7 +312,7 @@ class SessionsMachine(_EngineMachine):
 
 _FAULTS = {
     "delay": st.builds(Delay, st.sampled_from([0.25, 0.5, 1.0])),
-    "memory_pressure": st.builds(MemoryPressure, st.none() | st.integers(0, 8)),
+    "memory_pressure": st.builds(MemoryPressure, st.none() | st.integers(0, 8) | st.sampled_from(BIG_RESERVES)),
     "malformed": st.integers(0, len(MALFORMED_KINDS) - 1).map(lambda i: Malformed(MALFORMED_KINDS[i])),
     "drop_response": st.just(DropResponse()),
 }
@@ -298,11 +336,13 @@ def _rules(fault: Any, count: Any) -> Any:
 _RULES = {"other": _rules(faults, st.none() | st.integers(1, 3)),
           "crash": _rules(st.just(Crash()), st.integers(1, 2))}
 fault_rules = st.sampled_from(["other", "other", "other", "crash"]).flatmap(_RULES.__getitem__)
+#: The standing faults (one a run): each ``Malformed`` kind the role's output can show, memory
+#: pressure that fails the allocation, a reservation past a 32-bit counter, a lost answer.
 STANDING_HIDDEN: tuple[Fault, ...] = tuple(
     Malformed(k) for k in ("checksum", "shape", "layer", "nan", "session", "epoch", "position")) \
-    + (MemoryPressure(), DropResponse())
+    + (MemoryPressure(), MemoryPressure(2**32), DropResponse())
 STANDING_SAMPLE: tuple[Fault, ...] = tuple(Malformed(k) for k in ("token_range", "session", "epoch", "position")) \
-    + (MemoryPressure(), DropResponse())
+    + (MemoryPressure(), MemoryPressure(2**32), DropResponse())
 fault_plans = st.builds(FaultPlan, st.lists(fault_rules, min_size=1, max_size=4).map(tuple),
                         st.integers(0, 2**32))
 
@@ -312,8 +352,8 @@ class FaultsMachine(_EngineMachine):
 
     machine_name = "faults"
 
-    @initialize(role=roles, capacity=st.none() | st.integers(0, 10),
-                seed=st.integers(0, 2), plan=fault_plans, mix=st.integers(0, 2**32 - 1))
+    @initialize(role=roles, capacity=st.none() | st.integers(0, 10), seed=st.integers(0, 2), plan=fault_plans,
+                mix=st.integers(0, 2**32 - 1))
     def setup(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, mix: int) -> None:
         # A wide integer spreads the standing faults evenly over runs (see ``roles``).  Every
         # run carries a standing rule that hits half the calls all run long, so faults that
@@ -332,7 +372,12 @@ class FaultsMachine(_EngineMachine):
         slow = (FaultRule(Delay(0.25), op="decode", count=None),
                 FaultRule(MemoryPressure(1), op="prefill", count=None)) if isinstance(fault, DropResponse) else ()
         plan = FaultPlan(plan.rules + (rule,) + slow, plan.seed)
-        self._start(role, capacity, seed, plan)
+        # The width and a capacity at a boundary's edge come from other bits of the same wide
+        # integer (one run in eight each), so the fault mix keeps the draws it had.
+        other = (mix * 0xD6E8FEB86659FD93) & (2**64 - 1)
+        if capacity is None and other >> 61 == 0:
+            capacity = EDGES[(other >> 32) % len(EDGES)]
+        self._start(role, capacity, seed, plan, other >> 58 & 7 == 0)
 
     malformed_met = False
 

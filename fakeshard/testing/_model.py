@@ -13,12 +13,17 @@ It may be slow; it must be simple enough to trust by reading.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from fakeshard import FaultPlan, HiddenBundle, SampleBundle, ShardSpec
+import numpy as np
+
+from fakeshard import FaultPlan, HiddenBundle, SampleBundle, ShardSpec, TokenBundle
 from fakeshard._feeder import Feeder
+from fakeshard.testing._lengths import BOUNDARIES
 
 # Outcome codes: "ok" or an error code from the contract.
 OK = "ok"
@@ -51,31 +56,184 @@ class Expected:
     #: The allocation the call reached (create, replace_older, create_over_tombstone, append),
     #: whether or not it fit; ``""`` for a call decided before it.
     allocation: str = ""
+    #: How ``output`` was computed (:attr:`Oracle.path`), for the failure message.
+    oracle: str = ""
 
 
 @dataclass
 class ModelSession:
     epoch: int
     status: str  # "live" | "cancelled" | "released"
-    history: list[int] = field(default_factory=list)  # the tokens cached (live only)
+    history: list[int] = field(default_factory=list)  # the tokens cached (live only), grown in place
+    #: Which history this is: a new number for each session created, kept while it grows.
+    lineage: int = 0
+
+
+class _Follower:
+    """Sessions of one fault-free engine, each following a lineage (a history a model session
+    holds at one epoch, which only grows): the session holds the lineage's first positions and
+    moves on by the new ones alone.  The :data:`KEEP` most recently used are kept; one
+    forgotten is released, and built again from position 0 if it is needed again."""
+
+    KEEP = 16
+
+    def __init__(self, make: Callable[[], Any], name: str) -> None:
+        self._make, self._name = make, name
+        self.engine: Any = None
+        self._sessions = 0
+        #: lineage -> (the session holding it, how many positions it holds)
+        self.held: OrderedDict[int, tuple[str, int]] = OrderedDict()
+
+    def at(self, lineage: int, positions: int) -> Optional[str]:
+        """The session holding exactly ``positions`` of ``lineage``, or ``None``."""
+        kept = self.held.get(lineage)
+        if kept is None or kept[1] != positions:
+            return None
+        self.held.move_to_end(lineage)
+        return kept[0]
+
+    def begin(self, lineage: int) -> str:
+        """A new session for ``lineage`` (any older one is released)."""
+        if self.engine is None:
+            self.engine = self._make()
+        old = self.held.pop(lineage, None)
+        if old is not None:
+            self.engine.release(old[0], 0)
+        while len(self.held) >= self.KEEP:
+            _, (gone, _) = self.held.popitem(last=False)
+            self.engine.release(gone, 0)
+        self._sessions += 1
+        session = f"{self._name}-{self._sessions}"
+        self.held[lineage] = (session, 0)
+        return session
+
+    def moved(self, lineage: int, positions: int) -> None:
+        self.held[lineage] = (self.held[lineage][0], positions)
+
+
+def cuts(start: int, end: int) -> list[tuple[int, int]]:
+    """``start .. end`` cut at every boundary (a power of two from 8) strictly inside it."""
+    if start >= end:
+        return []
+    points = [b for b in BOUNDARIES if start < b < end]
+    edges = [start] + points + [end]
+    return list(zip(edges, edges[1:]))
 
 
 class Oracle:
-    """Recomputes an engine's output from scratch on a fresh engine."""
+    """The output a call must return, computed on fault-free engines of the same factory.
+
+    Where the history is short (at most :data:`SCRATCH` positions), the output is computed
+    from scratch: one prefill of the whole history on a fresh engine, under a fixed session
+    id and epoch 0, then labelled with the caller's identity (the contract says outputs
+    depend on neither, nor on chunking).  A longer history would cost the whole history on
+    every step, so the reference engine keeps a session per lineage and computes the call's
+    new positions alone, by another path than the engine under test's: cut at every
+    boundary (8, 16, ..., 32768) the call crosses, and each one-position piece by the other
+    operation (a decode's position by a one-token prefill, a prefill's by a decode).  An
+    engine whose output depends on how its positions were chunked, or on whether they were
+    decoded or prefilled, disagrees with it; the work is linear in the positions a call
+    touches.  The rows entering a middle or tail engine come the same way, from an upstream
+    engine following each lineage (:meth:`rows`).
+    """
+
+    #: Histories up to this many positions are recomputed from scratch.
+    SCRATCH = 64
+    #: How the last output was computed, in words.
+    path = ""
 
     def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
         self.factory, self.spec, self.seed = factory, spec, seed
         self.feeder = Feeder(factory, spec, seed=seed)
+        upstream = spec.with_layers(0, spec.start_layer) if spec.start_layer else None
+        self._upstream = _Follower(lambda: factory(upstream, seed=seed), "upstream") if upstream else None
+        self._rows: dict[int, np.ndarray] = {}  # lineage -> its rows in (upstream), grown by doubling
+        self._filled: dict[int, int] = {}
+        self._reference = _Follower(lambda: factory(spec, seed=seed), "reference")
 
-    def output(self, session_id: str, epoch: int, start: int, history: list[int]) -> Any:
-        """The output for positions ``start..len(history)-1`` of a session whose tokens are ``history``.
+    # -- what enters the engine ------------------------------------------------
 
-        Computed in one prefill from position 0 on a fresh engine, under a
-        fixed session id and epoch 0, then labelled with the caller's identity:
-        the contract says outputs depend on neither, nor on chunking.
-        """
-        fresh = self.factory(self.spec, seed=self.seed)
-        whole = fresh.prefill(self.feeder.bundle("oracle", 0, 0, history, len(history)))
+    def rows(self, lineage: int, history: Sequence[int], start: int, end: int) -> np.ndarray:
+        """The hidden rows entering ``spec.start_layer`` at positions ``start .. end - 1`` of a
+        lineage whose tokens (so far) are ``history``: what a healthy upstream stage sends."""
+        if self._upstream is None:
+            raise ValueError("a head or full engine takes tokens, not hidden rows")
+        filled = self._filled.get(lineage, 0)
+        if end > filled:
+            self._grow(lineage, history, filled, end)
+        return self._rows[lineage][start:end]
+
+    def _grow(self, lineage: int, history: Sequence[int], filled: int, end: int) -> None:
+        """Rows up to ``end`` for the lineage; the rows it already has stay as they are."""
+        up = self._upstream
+        assert up is not None
+        session, begin = up.at(lineage, filled), filled
+        if session is None:  # forgotten, or never held: from position 0
+            session, begin = up.begin(lineage), 0
+        more = TokenBundle(session, 0, begin, tuple(history[begin:end]))
+        out = up.engine.decode(more) if begin and end - begin == 1 else up.engine.prefill(more)
+        up.moved(lineage, end)
+        new = np.asarray(out.hidden, dtype=np.float32)[filled - begin:]
+        buffer = self._rows.get(lineage)
+        if buffer is None or len(buffer) < end:
+            grown = np.empty((max(end, 2 * filled), new.shape[1]), dtype=np.float32)
+            if buffer is not None:
+                grown[:filled] = buffer[:filled]
+            buffer = self._rows[lineage] = grown
+        buffer[filled:end] = new
+        self._filled[lineage] = end
+        if len(self._rows) > 4 * _Follower.KEEP:  # forget the rows of lineages long gone
+            for gone in [k for k in self._rows if k not in up.held][: len(self._rows) // 2]:
+                del self._rows[gone], self._filled[gone]
+
+    def inputs(self, lineage: int, history: Sequence[int], session_id: str, epoch: int,
+               start: int, end: int) -> Any:
+        """The bundle carrying positions ``start .. end - 1`` of the lineage into the engine."""
+        if self._upstream is None:
+            return TokenBundle(session_id, epoch, start, tuple(history[start:end]))
+        rows = self.rows(lineage, history, start, end).copy()
+        rows.flags.writeable = False
+        return HiddenBundle.sealed(session_id, epoch, start, self.spec.start_layer, rows)
+
+    # -- what comes out ----------------------------------------------------------
+
+    def output(self, session_id: str, epoch: int, start: int, history: Sequence[int], *, lineage: int,
+               op: str = "prefill") -> Any:
+        """The output of ``op`` for positions ``start .. len(history) - 1`` of the lineage whose
+        tokens, this call's included, are ``history``."""
+        end = len(history)
+        if end <= self.SCRATCH:
+            fresh = self.factory(self.spec, seed=self.seed)
+            whole = fresh.prefill(self.inputs(lineage, history, "oracle", 0, 0, end))
+            self.path = f"from scratch: one prefill of positions 0..{end - 1} on a fresh engine"
+            return self._labelled(whole, session_id, epoch, start)
+        ref = self._reference
+        session = ref.at(lineage, start)
+        if session is None:  # the reference has not followed this lineage this far: from 0
+            session = ref.begin(lineage)
+            for a, b in cuts(0, start):
+                self._piece(session, lineage, history, a, b, "decode")
+        other = "prefill" if op == "decode" else "decode"
+        pieces = cuts(start, end)
+        outs = [self._piece(session, lineage, history, a, b, other) for a, b in pieces]
+        ref.moved(lineage, end)
+        singles = [a for a, b in pieces if a and b - a == 1]
+        self.path = (f"on a fault-free engine of the same factory holding positions 0..{start - 1}, in "
+                     f"{len(pieces)} call(s) " + (f"cut at {', '.join(str(a) for a, _ in pieces[1:])}" if
+                                                   len(pieces) > 1 else "") +
+                     (f" with position(s) {', '.join(map(str, singles))} by {other}" if singles else ""))
+        if isinstance(outs[-1], SampleBundle):
+            return SampleBundle(session_id, epoch, outs[-1].pos, outs[-1].token)
+        rows = np.concatenate([np.asarray(o.hidden, dtype=np.float32) for o in outs])
+        return HiddenBundle.sealed(session_id, epoch, start, outs[-1].layer, rows)
+
+    def _piece(self, session: str, lineage: int, history: Sequence[int], a: int, b: int, single: str) -> Any:
+        """Positions ``a .. b - 1`` on the reference session; one position past 0 by ``single``."""
+        bundle = self.inputs(lineage, history, session, 0, a, b)
+        engine = self._reference.engine
+        return engine.decode(bundle) if a and b - a == 1 and single == "decode" else engine.prefill(bundle)
+
+    def _labelled(self, whole: Any, session_id: str, epoch: int, start: int) -> Any:
         if isinstance(whole, SampleBundle):
             return SampleBundle(session_id, epoch, whole.pos, whole.token)
         return HiddenBundle.sealed(session_id, epoch, start, whole.layer, whole.hidden[start:])
@@ -128,6 +286,7 @@ class Model:
         self.crashed = False
         self.clock = 0.0
         self.faults = RuleCounters(plan)
+        self._lineages = itertools.count(1)
 
     @property
     def used(self) -> int:
@@ -140,6 +299,10 @@ class Model:
     def history(self, session_id: str) -> list[int]:
         s = self.sessions.get(session_id)
         return list(s.history) if s is not None else []
+
+    def held(self, session_id: str) -> Optional[ModelSession]:
+        """The session's state as the model holds it (not a copy: read, never change it)."""
+        return self.sessions.get(session_id)
 
     def restart(self) -> None:
         self.crashed = False
@@ -226,12 +389,11 @@ class Model:
                                 fired=names)
             row = "create" if s is None else ("replace_older" if s.history else "create_over_tombstone")
             freed = len(s.history) if s is not None else 0
-            cached: list[int] = []
         else:
             if start != len(held.history):
                 return Expected("position_mismatch", "position_mismatch",
                                 {**ids, "expected": len(held.history), "got": start}, fired=names)
-            row, freed, cached = "append", 0, held.history
+            row, freed = "append", 0
         if "MemoryPressure" in names:
             if any(f.reserve_tokens is None for f in fired if type(f).__name__ == "MemoryPressure"):
                 return Expected("out_of_memory", "pressure", ids, fired=names, allocation=row)
@@ -239,14 +401,18 @@ class Model:
             reserve = sum(f.reserve_tokens for f in fired if type(f).__name__ == "MemoryPressure")
             if len(tokens) > self.capacity - reserve - (self.used - freed):
                 return Expected("out_of_memory", "capacity", ids, fired=names, allocation=row)
-        history = cached + list(tokens)
-        self.sessions[session_id] = ModelSession(epoch, "live", history)
-        output = self.oracle.output(session_id, epoch, start, history)
+        if held is not None:  # an append: the same history, grown in place
+            held.history.extend(tokens)
+            grown = held
+        else:
+            grown = self.sessions[session_id] = ModelSession(epoch, "live", list(tokens), next(self._lineages))
+        output = self.oracle.output(session_id, epoch, start, grown.history, lineage=grown.lineage, op=op)
+        path = self.oracle.path
         malformed = tuple(f.kind for f in fired if type(f).__name__ == "Malformed")
         if "DropResponse" in names:
             return Expected("response_lost", row, ids, output=output, malformed=malformed, fired=names,
-                            allocation=row)
-        return Expected(OK, row, output=output, malformed=malformed, fired=names, allocation=row)
+                            allocation=row, oracle=path)
+        return Expected(OK, row, output=output, malformed=malformed, fired=names, allocation=row, oracle=path)
 
     def close(self, op: str, session_id: str, epoch: int, valid: bool = True) -> Expected:
         """cancel/release."""

@@ -3,19 +3,22 @@
 Every step reports its probes here (and to Hypothesis as ``event()``s, which
 ``--hypothesis-show-statistics`` prints).  ``REQUIRED`` is the list a ``ci``
 campaign must reach: every row of the contract's session table for each call,
-every error code, every fault and every ``Malformed`` kind, and every crossed
+every error code, every fault and every ``Malformed`` kind, every position just below, at
+and just above a boundary (8, 16, ..., 32768) computed by a call that applies, and every crossed
 condition (``CROSSINGS``) that the contract does not make impossible
 (``UNREACHABLE``, each with its reason).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import Counter
 from typing import Callable, Optional
 
 from fakeshard._errors import ERROR_CODES
 from fakeshard._faults import MALFORMED_KINDS
+from fakeshard.testing._lengths import EDGES, LONGEST
 
 _COMPUTE_ROWS = ("down", "malformed", "stale", "cancelled", "released", "nothing_held_miss",
                  "position_mismatch", "append", "pressure", "capacity")
@@ -77,6 +80,7 @@ REQUIRED: frozenset[str] = frozenset(
     + [f"code:{code}" for code in ERROR_CODES]
     + [f"fault:{name}" for name in ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")]
     + [f"malformed:{kind}" for kind in MALFORMED_KINDS]
+    + [f"position:{p}" for p in EDGES]
 ) | (CROSSINGS - frozenset(UNREACHABLE))
 
 #: Probes reached in this process, with counts.
@@ -127,9 +131,28 @@ def crossings(op: str, holds: tuple[str, ...], fired: tuple[str, ...], code: str
     return names
 
 
-def missing(seen: Counter[str] | set[str] | None = None) -> list[str]:
+def positions(start: int, end: int) -> list[str]:
+    """The positions at a boundary's edge (``EDGES``: 7, 8, 9, ..., 32767, 32768, 32769) that a
+    call computing positions ``start .. end - 1`` covers: ``position:4097``."""
+    first = bisect.bisect_left(EDGES, start)
+    last = bisect.bisect_left(EDGES, end)
+    return [f"position:{p}" for p in EDGES[first:last]]
+
+
+def required(longest: int = LONGEST) -> frozenset[str]:
+    """:data:`REQUIRED` of a factory whose prompts stop at ``longest`` positions (its
+    ``machine_max_positions``): the positions past its last are not required."""
+    return REQUIRED - {f"position:{p}" for p in EDGES if p >= longest}
+
+
+def longest_of(factory: object) -> int:
+    """The longest prompt the machines send ``factory``'s engines."""
+    return int(getattr(factory, "machine_max_positions", LONGEST))
+
+
+def missing(seen: Counter[str] | set[str] | None = None, longest: int = LONGEST) -> list[str]:
     have = set(seen if seen is not None else reached)
-    return sorted(REQUIRED - have)
+    return sorted(required(longest) - have)
 
 
 def impossible(seen: Counter[str] | set[str] | None = None) -> list[str]:

@@ -90,10 +90,10 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
 
     "The same way" is the same type of failure (a model divergence stays a
     divergence), so reduction never trades the bug for a malformed story.  Steps go
-    first (ddmin-style, to a fixed point); then, for a trace whose world holds a
-    fault plan per node (``config["fault_plans"]``), one rule at a time is dropped,
-    fired earlier or made certain (:func:`simpler_plans`), and steps are removed
-    again, until neither helps.
+    first (ddmin-style, to a fixed point); then, for a trace whose world holds fault
+    plans (``config["fault_plans"]``, or a single engine's ``config["fault_plan"]``),
+    one rule at a time is dropped, fired earlier or made certain
+    (:func:`simpler_plans`), and steps are removed again, until neither helps.
     """
     original = replay(trace, factory, factory_name, tolerance)
     if not original.failed:
@@ -134,10 +134,12 @@ def _fewer_steps(steps: list[dict[str, Any]],
 
 
 def simpler_plans(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Worlds one step simpler than ``config``'s per-node fault plans (wire form), simplest
-    first: a rule dropped, then a rule's ``nth`` brought down to 1 (or one less), its
-    ``count`` to 1, its ``probability`` to 1 (no draw).  Nothing for a config without them."""
-    plans = config.get("fault_plans")
+    """Worlds one step simpler than ``config``'s fault plans (wire form: per node, or the one
+    plan of a single engine), simplest first: a rule dropped, then a rule's ``nth`` brought
+    down to 1 (or one less), its ``count`` to 1, its ``probability`` to 1 (no draw).  Nothing
+    for a config without them."""
+    single = isinstance(config.get("fault_plan"), dict)
+    plans = [config["fault_plan"]] if single else config.get("fault_plans")
     if not isinstance(plans, list):
         return
     places = [(k, i) for k, plan in enumerate(plans) for i in range(len(plan.get("rules", ())))]
@@ -150,7 +152,7 @@ def simpler_plans(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
             rules[i] = rule
         new = list(plans)
         new[k] = {**plans[k], "rules": rules}
-        return {**config, "fault_plans": new}
+        return {**config, "fault_plan": new[0]} if single else {**config, "fault_plans": new}
 
     for k, i in places:
         yield changed(k, i, None)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import itertools
 import json
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -29,9 +30,9 @@ from fakeshard import (
     wire,
 )
 from fakeshard._factory import makes_fixture_choices
-from fakeshard._feeder import Feeder
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._lengths import tokens_of
 from fakeshard.testing._model import OK, Expected, Model, Oracle
 from fakeshard.testing._reference_coordinator import LINK_FORMS, across
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
@@ -93,7 +94,8 @@ def _values(hidden: Any) -> Any:
     ones) by their structure, a float by its bits, so that NaN equals itself."""
     if isinstance(hidden, np.ndarray):
         if hidden.dtype.kind in "fiu" and hidden.ndim == 2:
-            return ("float32", hidden.shape, [array.array("f", row).tobytes() for row in hidden.tolist()])
+            # Each value as a Python number, then float32: as the tuple form below reads it.
+            return ("float32", hidden.shape, array.array("f", hidden.ravel().tolist()).tobytes())
         return ("array", hidden.dtype.str, hidden.shape, hidden.tobytes())
     numbers = isinstance(hidden, tuple) and all(
         isinstance(row, tuple) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
@@ -101,7 +103,7 @@ def _values(hidden: Any) -> Any:
     if numbers and len({len(row) for row in hidden}) <= 1:
         try:
             return ("float32", (len(hidden), len(hidden[0]) if hidden else 0),
-                    [array.array("f", row).tobytes() for row in hidden])
+                    array.array("f", itertools.chain.from_iterable(hidden)).tobytes())
         except OverflowError:  # an int beyond any float
             pass
     if isinstance(hidden, (tuple, list)):
@@ -317,7 +319,6 @@ class EngineRunner:
         self.clock = VirtualClock()
         self.engine = factory(spec, seed=seed, capacity_tokens=capacity, clock=self.clock, faults=plan)
         self.model = Model(Oracle(factory, spec, seed), capacity=capacity, plan=plan)
-        self.feeder = Feeder(factory, spec, seed=seed)
         self.known: set[str] = set()
         #: Errors that crossed the wire whole, with the form: the same error crosses the same way.
         self._crossed: set[tuple[Any, ...]] = set()
@@ -368,22 +369,31 @@ class EngineRunner:
             actual = _call(getattr(self.engine, op), sent_sid, sent)
             n = 0
         else:
-            sid, epoch, start, tokens = step["session_id"], step["epoch"], step["start"], step["tokens"]
+            sid, epoch, start = step["session_id"], step["epoch"], step["start"]
+            tokens = tokens_of(step["tokens"])
             self.known.add(sid)
-            bundle = self._bundle(op, sid, epoch, start, tokens, step.get("bad"))
+            bundle = self._bundle(sid, epoch, start, tokens, step.get("bad"))
             # Faults are matched against the session the call names, even a malformed one.
             named: Any = getattr(bundle, "session_id", None)
             # An error names the epoch the call sent (a malformed call may send another).
             expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None,
                                           sent_epoch=getattr(bundle, "epoch", None))
+            if expected.output is not None and isinstance(bundle, HiddenBundle):
+                # The call applies: the rows a healthy upstream stage sends for these positions.
+                held = self.model.held(sid)
+                assert held is not None
+                bundle = self.model.oracle.inputs(held.lineage, held.history, sid, epoch, start,
+                                                  start + len(tokens))
             actual = _call(getattr(self.engine, op), bundle)
             n = len(tokens)
         self.trace.expected.append(summarize_expected(expected))
         self.trace.actual.append(summarize(actual))
-        self._probe(op, expected, step.get("bad"))
+        self._probe(op, expected, step.get("bad"), step.get("start", 0), n)
         # The session's history is read only if a sampled token differs (after the model's update).
         problem = compare(expected, actual, self.spec, n, self.judge, lambda want, got: self.judge.token_ok(
             self.spec, self.seed, self.model.history(step["session_id"]), want, got), self.fixture_choices)
+        if problem is not None and expected.oracle and isinstance(actual, (HiddenBundle, SampleBundle)):
+            problem += f" (the expected output was computed {expected.oracle})"
         if problem is None:
             problem = equality_problem(expected.output, actual)
         if problem is None:
@@ -394,8 +404,10 @@ class EngineRunner:
             self.trace.failure = f"step {len(self.trace.steps)} ({op}): {problem}"
             raise Divergence(self.trace.failure)
 
-    def _probe(self, op: str, expected: Expected, bad: Optional[str]) -> None:
+    def _probe(self, op: str, expected: Expected, bad: Optional[str], start: int, n: int) -> None:
         names = [f"{op}:{expected.row}" if op != "restart" else "restart", f"code:{expected.code}"]
+        if expected.output is not None:
+            names += probes.positions(start, start + n)
         names += [f"fault:{name}" for name in expected.fired]
         names += probes.crossings(op, expected.holds, expected.fired, expected.code, bad,
                                   expected.allocation if self.model.capacity is not None else "")
@@ -404,14 +416,18 @@ class EngineRunner:
             names += [f"malformed:{kind}" for kind in expected.malformed if kind in applies]
         probes.record(names)
 
-    def _bundle(self, op: str, sid: str, epoch: int, start: int, tokens: list[int], bad: Optional[str]) -> Any:
-        # Hidden inputs need the tokens before ``start``: the model's history, padded.
-        history = self.model.history(sid)[:start]
-        history += [0] * (start - len(history)) + list(tokens)
-        if bad == "two_positions":
-            history.append(0)
-            return self.feeder.bundle(sid, epoch, start, history, len(tokens) + 1)
-        bundle = self.feeder.bundle(sid, epoch, start, history, len(tokens))
+    def _bundle(self, sid: str, epoch: int, start: int, tokens: list[int], bad: Optional[str]) -> Any:
+        """The call's input as far as the model needs it to decide: tokens for a head or full
+        engine; for a middle or tail engine rows of zeros, which stand until the model says
+        the call applies (only then do the rows' values matter, and they cost the upstream
+        stage's work), broken as ``bad`` says."""
+        n = len(tokens) + (bad == "two_positions")
+        if self.spec.start_layer == 0:
+            bundle: Any = TokenBundle(sid, epoch, start, tuple(tokens) + (0,) * (n - len(tokens)))
+        else:
+            zeros = np.zeros((n, self.spec.hidden_size), dtype=np.float32)
+            zeros.flags.writeable = False
+            bundle = HiddenBundle.sealed(sid, epoch, start, self.spec.start_layer, zeros)
         return bundle if bad is None else break_input(bundle, bad, self.spec)
 
     def _check_wire(self, actual: Any) -> Optional[str]:
@@ -566,14 +582,22 @@ class ReferenceStreams:
     def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
         self.factory, self.spec, self.seed = factory, spec, seed
         self._have: dict[tuple[int, ...], list[int]] = {}
+        #: id of a history list asked for before -> (the list, its key): a session's prompt, asked
+        #: for on every step, is not read again (a prompt of thousands of tokens costs nothing).
+        self._keys: dict[int, tuple[Sequence[int], tuple[int, ...]]] = {}
 
-    def __call__(self, history: list[int], n: int) -> list[int]:
+    def __call__(self, history: Sequence[int], n: int) -> list[int]:
         from fakeshard import Pipeline
 
-        key = tuple(history)
+        kept = self._keys.get(id(history))
+        if kept is not None and kept[0] is history and len(kept[1]) == len(history):
+            key = kept[1]
+        else:
+            key = tuple(history)
+            self._keys[id(history)] = (history, key)
         have = self._have.get(key, [])
         if len(have) < n:
             have = Pipeline([self.factory(self.spec, seed=self.seed)]).generate(
-                "reference", history, max(n, 2 * len(have)))
+                "reference", list(key), max(n, 2 * len(have)))
             self._have[key] = have
         return have[:n]

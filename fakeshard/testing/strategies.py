@@ -13,6 +13,8 @@ Part of the kit (``fakeshard.testing``): it needs the extra ``test`` (Hypothesis
 
 * :func:`specs` -- model specs, whole or one stage of them (``role=``);
 * :func:`histories` -- token histories inside a spec's vocabulary;
+* :func:`lengths` -- prompt lengths as real engines meet them: log-uniform to the longest, and as
+  often just below, at or just above a power of two from 8 to 32,768;
 * :func:`inputs` -- valid inputs for an engine (a ``TokenBundle`` for a head or full
   engine, a sealed ``HiddenBundle`` at its first layer otherwise);
 * :func:`malformed_inputs` -- the same, broken in one of the ways the contract names
@@ -40,6 +42,7 @@ from fakeshard._faults import (
     Malformed,
     MemoryPressure,
 )
+from fakeshard.testing._lengths import length_of, scrambled
 
 __all__ = [
     "BAD_INPUT_KINDS",
@@ -49,6 +52,7 @@ __all__ = [
     "hidden_bundles",
     "histories",
     "inputs",
+    "lengths",
     "malformed_inputs",
     "sample_bundles",
     "session_ids",
@@ -99,6 +103,18 @@ def _specs(draw: st.DrawFn, role: Optional[str], max_layers: int, hidden_sizes: 
 def histories(vocab_size: int = 64, min_size: int = 1, max_size: int = 32) -> st.SearchStrategy[list[int]]:
     """Token histories: lists of tokens in ``0..vocab_size - 1``."""
     return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)
+
+
+def lengths(max_length: int = 32770) -> st.SearchStrategy[int]:
+    """Prompt lengths where real engines break: half the time log-uniform over 16 octaves
+    (1 to 65,535, equal weight per octave; one past ``max_length`` is cut to it, a prompt that
+    fills the context), half the time a prompt whose last position is just below, at
+    or just above a power of two from 8 to 32,768 (a KV block, a chunked-prefill budget, a
+    context window, a 16-bit position); at most ``max_length``.  One wide integer, scrambled, so that Hypothesis's
+    favourite integers (0, the bounds) land evenly; it shrinks to a length of 1."""
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
+    return st.integers(0, 2**32 - 1).map(lambda i: min(length_of(*scrambled(i)), max_length))
 
 
 def _rows(spec: ShardSpec, n: int) -> st.SearchStrategy[np.ndarray]:

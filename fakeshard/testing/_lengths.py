@@ -1,0 +1,101 @@
+"""Lengths a real engine meets, and long token runs written compactly.
+
+Real engines break at lengths: a KV block (16 or 32 positions), a chunked-prefill
+budget (512, 2048), a context window (4096, 8192), a 16-bit position (32768).  The
+machines draw prompt lengths log-uniformly from 1 to the longest (:data:`LONGEST`) and, as often,
+prompts that end just below, at or just above a power of two of :data:`BOUNDARIES`;
+positions and capacities at those same edges; memory reservations beyond 32-bit counters.
+
+A long prompt is one step of a trace, written as a *seeded run* instead of thousands
+of literal tokens: ``{"count": n, "seed": s}`` stands for the ``n`` tokens
+``run_token(s, 0) .. run_token(s, n - 1)`` (:func:`tokens_of`).  The algorithm is
+written down in ``docs/explanation/state-machines.md`` ("Long prompts") with vectors,
+so another language can expand a trace.  This module needs no Hypothesis; the draws
+are :func:`fakeshard.testing.strategies.lengths` and the machines' own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+
+__all__ = ["BOUNDARIES", "EDGES", "LONGEST", "BIG_RESERVES", "MAX_VALUES_PER_STEP", "run_token", "tokens_of",
+           "token_count", "compact", "length_of", "scrambled", "SPAN"]
+
+#: The powers of two the machines weight: 8 .. 32768.
+BOUNDARIES = tuple(2**k for k in range(3, 16))
+#: The longest prompt the machines send: its last position is just above the last boundary.
+LONGEST = BOUNDARIES[-1] + 2
+#: Every position just below, at and just above a boundary.
+EDGES = tuple(sorted({b + d for b in BOUNDARIES for d in (-1, 0, 1)}))
+#: Reservations beyond 16-, 32- and 63-bit counters (all valid on the wire).
+BIG_RESERVES = (2**15, 2**16, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**63 - 1)
+#: The most values (positions x hidden width) a step's prompt may carry: a run at hidden
+#: width 4 reaches 32,769 positions; one at a real width (4096) stays short.
+MAX_VALUES_PER_STEP = 2**17 + 2**12
+
+_MASK = 2**64 - 1
+#: A token of a seeded run is one of the machines' 64.
+VOCAB = 64
+
+
+def run_token(seed: int, i: int) -> int:
+    """The ``i``-th token of the run seeded ``seed``: splitmix64's output for the state
+    ``seed + (i + 1) * 0x9E3779B97F4A7C15`` (mod 2**64), its top six bits (0 .. 63)."""
+    z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return (z ^ (z >> 31)) >> 58
+
+
+def tokens_of(form: Union[list[int], dict[str, Any]]) -> list[int]:
+    """A step's ``tokens``: a list of ints as it is, or a seeded run expanded (:func:`run_token`
+    for every ``i``, computed at once in unsigned 64-bit arithmetic)."""
+    if not isinstance(form, dict):
+        return list(form)
+    z = np.arange(1, form["count"] + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) \
+        + np.uint64(form["seed"] & _MASK)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) >> np.uint64(58)).tolist()
+
+
+def token_count(form: Union[list[int], dict[str, Any]]) -> int:
+    """How many tokens a step's ``tokens`` stands for, without expanding a run."""
+    return form["count"] if isinstance(form, dict) else len(form)
+
+
+def compact(form: Union[list[int], dict[str, Any]], keep: int = 8) -> str:
+    """A step's ``tokens`` as a person reads it: a short list in full, a seeded run as
+    ``<n tokens seeded s>``, a long list by its length and ends."""
+    if isinstance(form, dict):
+        return f"<{form['count']} tokens seeded {form['seed']}>"
+    if len(form) <= keep:
+        return str(list(form))
+    return f"<{len(form)} tokens: {', '.join(map(str, form[:3]))}, ..., {', '.join(map(str, form[-2:]))}>"
+
+
+_OCTAVES = 16  # 1 .. 65535, past the longest prompt (a draw past it is cut to it)
+#: How many values the draw of a length spans (``length_of``'s ``u`` is below it).
+SPAN = _OCTAVES << 12
+
+
+def scrambled(i: int) -> tuple[int, int]:
+    """``length_of``'s ``(kind, u)`` from one integer (0 maps to ``(0, 0)``, a length of 1):
+    ``i`` scrambled by a 64-bit multiplicative hash, so that small and extreme integers, which
+    Hypothesis draws most often, spread over every kind and octave."""
+    mixed = ((i * 0x9E3779B97F4A7C15) & _MASK) >> 16
+    return mixed % 6, mixed // 6 % SPAN
+
+
+def length_of(kind: int, u: int) -> int:
+    """A prompt length from two drawn integers, ``kind`` in 0..5 and ``u`` below :data:`SPAN`:
+    for ``kind`` 0..2 log-uniform from 1 to 65,535 (the octave ``u >> 12``, then a place in it);
+    for 3, 4, 5 a prompt whose last position is just below, at or just above the boundary ``u``
+    picks (``b``, ``b + 1`` or ``b + 2`` tokens, so its last position is one of :data:`EDGES`).
+    Integers only, and monotone in ``u``."""
+    if kind < 3:
+        octave, place = u >> 12, u & 4095
+        return (1 << octave) + ((place << octave) >> 12)
+    return BOUNDARIES[u * len(BOUNDARIES) // SPAN] + kind - 3
