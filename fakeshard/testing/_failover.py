@@ -211,8 +211,9 @@ class FailoverMachine(FinishingMachine):
 
     @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
-        #: The longest prompt a start sends: the factory's, and a bounded number of values a step.
-        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // self.config.hidden_size))
+        #: The longest prompt a start sends: the factory's, and an eighth of the values a single
+        #: engine's step may carry (every hop of this machine crosses the wire, each failure replays).
+        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // 8 // self.config.hidden_size))
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance,
                                      hidden_size=self.config.hidden_size)
