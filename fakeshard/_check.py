@@ -303,8 +303,9 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     for m in result.machines:
         result.probes.update(m["probes"])
     from fakeshard.testing import _probes as probes
+    from fakeshard.testing._lengths import longest_of
 
-    result.longest = probes.longest_of(factory)
+    result.longest = longest_of(factory)
     result.missing_probes = probes.missing(result.probes, result.longest)
     result.impossible_probes = probes.impossible(result.probes)
     result.probes_required = full_ci(options)

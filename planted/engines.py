@@ -73,9 +73,14 @@ def _flip(out: Any) -> Any:
     """The same bundle with a different value: a wrong output."""
     if isinstance(out, SampleBundle):
         return dataclasses.replace(out, token=(out.token + 1) % 64)
-    hidden = out.rows()
-    rows = ((hidden[0][0] * -1 + 0.5,) + hidden[0][1:],) + hidden[1:]
-    return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, rows)
+    return _flip_row(out, 0)
+
+
+def _flip_row(out: HiddenBundle, i: int) -> HiddenBundle:
+    """``out`` with the first value of its ``i``-th row changed."""
+    rows = out.rows()
+    changed = rows[:i] + ((rows[i][0] * -1 + 0.5,) + rows[i][1:],) + rows[i + 1:]
+    return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, changed)
 
 
 class StaleAsCacheMiss(Wrapper):
@@ -400,12 +405,8 @@ def _flip_at(out: Any, position: int) -> Any:
     ``position``, since a wrong row there feeds every later one)."""
     if isinstance(out, SampleBundle):
         return _flip(out) if out.pos >= position else out
-    rows = out.rows()
     i = position - out.start_pos
-    if not 0 <= i < len(rows):
-        return out
-    changed = rows[:i] + ((rows[i][0] * -1 + 0.5,) + rows[i][1:],) + rows[i + 1:]
-    return HiddenBundle.sealed(out.session_id, out.epoch, out.start_pos, out.layer, changed)
+    return _flip_row(out, i) if 0 <= i < len(out.hidden) else out
 
 
 class DriftFrom12(Wrapper):

@@ -98,9 +98,10 @@ def test_a_committed_evidence_page_matches_the_code(folder):
     from fakeshard import CONTRACT_VERSION
     from fakeshard.real import tiny_engine
     from fakeshard.testing import _probes as probes
+    from fakeshard.testing._lengths import LONGEST, longest_of
 
     # The real model's prompts stop at its factory's longest: positions past it are not required.
-    want = len(probes.required(probes.longest_of(tiny_engine) if folder == "real-model" else probes.LONGEST))
+    want = len(probes.required(longest_of(tiny_engine) if folder == "real-model" else LONGEST))
     text = (ROOT / "evidence" / "DGR-032" / folder / "README.md").read_text(encoding="utf-8")
     reached, required = map(int, re.search(r"^\| probes reached \| (\d+)/(\d+) \|$", text, flags=re.M).groups())
     assert required == want and reached == required, (reached, required, want)

@@ -32,7 +32,7 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._lengths import MAX_VALUES_PER_STEP, tokens_of
+from fakeshard.testing._lengths import capped, longest_prompt, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
@@ -213,7 +213,7 @@ class FailoverMachine(FinishingMachine):
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
         #: The longest prompt a start sends: the factory's, and an eighth of the values a single
         #: engine's step may carry (every hop of this machine crosses the wire, each failure replays).
-        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // 8 // self.config.hidden_size))
+        self.longest = longest_prompt(self.config.max_positions, self.config.hidden_size, share=8)
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance,
                                      hidden_size=self.config.hidden_size)
@@ -225,8 +225,7 @@ class FailoverMachine(FinishingMachine):
     @precondition(lambda self: bool(self._sessions(open_=False)))
     @rule(data=st.data(), prompt=now_and_then(st.lists(st.integers(0, 63), min_size=1, max_size=6), seeded_runs))
     def start(self, data: st.DataObject, prompt: Any) -> None:
-        if isinstance(prompt, dict) and prompt["count"] > self.longest:
-            prompt = {**prompt, "count": self.longest}
+        prompt = capped(prompt, self.longest)
         sid = data.draw(st.sampled_from(self._sessions(open_=False)))
         self._run({"op": "start", "session_id": sid, "prompt": prompt})
 

@@ -21,7 +21,7 @@ from typing import Any, Union
 import numpy as np
 
 __all__ = ["BOUNDARIES", "EDGES", "LONGEST", "BIG_RESERVES", "MAX_VALUES_PER_STEP", "run_token", "tokens_of",
-           "token_count", "compact", "length_of", "scrambled", "SPAN"]
+           "token_count", "compact", "length_of", "scrambled", "SPAN", "longest_of", "longest_prompt", "capped"]
 
 #: The powers of two the machines weight: 8 .. 32768.
 BOUNDARIES = tuple(2**k for k in range(3, 16))
@@ -36,8 +36,6 @@ BIG_RESERVES = (2**15, 2**16, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**63 - 1)
 MAX_VALUES_PER_STEP = 2**17 + 2**12
 
 _MASK = 2**64 - 1
-#: A token of a seeded run is one of the machines' 64.
-VOCAB = 64
 
 
 def run_token(seed: int, i: int) -> int:
@@ -59,6 +57,25 @@ def tokens_of(form: Union[list[int], dict[str, Any]]) -> list[int]:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return ((z ^ (z >> np.uint64(31))) >> np.uint64(58)).tolist()
+
+
+def longest_of(factory: object) -> int:
+    """The longest prompt the machines send ``factory``'s engines: its ``machine_max_positions``,
+    or :data:`LONGEST`."""
+    return int(getattr(factory, "machine_max_positions", LONGEST))
+
+
+def longest_prompt(max_positions: int, hidden_size: int, share: int = 1) -> int:
+    """The longest prompt a step sends: at most ``max_positions``, and at most ``1 / share`` of
+    :data:`MAX_VALUES_PER_STEP` values at ``hidden_size`` a position (at least one position)."""
+    return max(1, min(max_positions, MAX_VALUES_PER_STEP // share // hidden_size))
+
+
+def capped(form: Union[list[int], dict[str, Any]], longest: int) -> Union[list[int], dict[str, Any]]:
+    """A step's ``tokens``, a seeded run cut to ``longest`` tokens."""
+    if isinstance(form, dict) and form["count"] > longest:
+        return {**form, "count": longest}
+    return form
 
 
 def token_count(form: Union[list[int], dict[str, Any]]) -> int:

@@ -27,7 +27,7 @@ from fakeshard import (
 from fakeshard._factory import makes_fixture_choices
 from fakeshard._faults import MALFORMED_KINDS, Fault
 from fakeshard._feeder import Feeder
-from fakeshard.testing._lengths import BIG_RESERVES, EDGES, LONGEST, MAX_VALUES_PER_STEP
+from fakeshard.testing._lengths import BIG_RESERVES, EDGES, LONGEST, capped, longest_of, longest_prompt
 from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
 from fakeshard.testing._trace import Trace
 from fakeshard.testing.strategies import lengths
@@ -86,7 +86,7 @@ class MachineConfig:
         return cls(factory, factory_name, tolerance=getattr(factory, "tolerance", 0.0),
                    hidden_size=getattr(factory, "machine_hidden_size", 4),
                    wide_hidden_size=getattr(factory, "machine_wide_hidden_size", 4096),
-                   max_positions=getattr(factory, "machine_max_positions", LONGEST),
+                   max_positions=longest_of(factory),
                    fixture_choices=makes_fixture_choices(factory), **kw)
 
 
@@ -199,7 +199,7 @@ class _EngineMachine(RecordingMachine):
     def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, wide: bool = False) -> None:
         hidden = self.config.wide_hidden_size if wide and self.config.wide_hidden_size else self.config.hidden_size
         #: The longest prompt a step sends: the factory's, and a bounded number of values a step.
-        self.longest = max(1, min(self.config.max_positions, MAX_VALUES_PER_STEP // hidden))
+        self.longest = longest_prompt(self.config.max_positions, hidden)
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
             spec=role_spec(role, hidden), seed=seed, capacity=capacity, plan=plan,
@@ -240,8 +240,7 @@ class _EngineMachine(RecordingMachine):
 
     def _compute(self, op: str, who: str, move: Any, position: Any, new: Any,
                  bad: Optional[str]) -> None:
-        if isinstance(new, dict) and new["count"] > self.longest:
-            new = {**new, "count": self.longest}
+        new = capped(new, self.longest)
         sid = self._sid(who)
         epoch = self._epoch(sid, move)
         start = self._start_pos(sid, epoch, position)

@@ -22,7 +22,6 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from fakeshard import FaultPlan, HiddenBundle, SampleBundle, ShardSpec, TokenBundle
-from fakeshard._feeder import Feeder
 from fakeshard.testing._lengths import BOUNDARIES
 
 # Outcome codes: "ok" or an error code from the contract.
@@ -120,6 +119,17 @@ def cuts(start: int, end: int) -> list[tuple[int, int]]:
     return list(zip(edges, edges[1:]))
 
 
+def _described(start: int, pieces: list[tuple[int, int]], single: str) -> str:
+    """How the reference computed ``pieces`` after ``start`` positions, in words."""
+    said = f"on a fault-free engine of the same factory holding positions 0..{start - 1}, in {len(pieces)} call(s)"
+    if len(pieces) > 1:
+        said += " cut at " + ", ".join(str(a) for a, _ in pieces[1:])
+    singles = [str(a) for a, b in pieces if a and b - a == 1]
+    if singles:
+        said += f" with position(s) {', '.join(singles)} by {single}"
+    return said
+
+
 class Oracle:
     """The output a call must return, computed on fault-free engines of the same factory.
 
@@ -144,11 +154,10 @@ class Oracle:
 
     def __init__(self, factory: Callable[..., Any], spec: ShardSpec, seed: int) -> None:
         self.factory, self.spec, self.seed = factory, spec, seed
-        self.feeder = Feeder(factory, spec, seed=seed)
         upstream = spec.with_layers(0, spec.start_layer) if spec.start_layer else None
         self._upstream = _Follower(lambda: factory(upstream, seed=seed), "upstream") if upstream else None
-        self._rows: dict[int, np.ndarray] = {}  # lineage -> its rows in (upstream), grown by doubling
-        self._filled: dict[int, int] = {}
+        #: lineage -> (its rows in from upstream, in a buffer grown by doubling; how many are filled)
+        self._rows: dict[int, tuple[np.ndarray, int]] = {}
         self._reference = _Follower(lambda: factory(spec, seed=seed), "reference")
 
     # -- what enters the engine ------------------------------------------------
@@ -158,13 +167,14 @@ class Oracle:
         lineage whose tokens (so far) are ``history``: what a healthy upstream stage sends."""
         if self._upstream is None:
             raise ValueError("a head or full engine takes tokens, not hidden rows")
-        filled = self._filled.get(lineage, 0)
-        if end > filled:
-            self._grow(lineage, history, filled, end)
-        return self._rows[lineage][start:end]
+        buffer, filled = self._rows.get(lineage, (None, 0))
+        if buffer is None or end > filled:
+            buffer = self._grow(lineage, history, buffer, filled, end)
+        return buffer[start:end]
 
-    def _grow(self, lineage: int, history: Sequence[int], filled: int, end: int) -> None:
-        """Rows up to ``end`` for the lineage; the rows it already has stay as they are."""
+    def _grow(self, lineage: int, history: Sequence[int], buffer: Optional[np.ndarray], filled: int,
+              end: int) -> np.ndarray:
+        """Rows up to ``end`` for the lineage (its buffer); the rows it already has stay as they are."""
         up = self._upstream
         assert up is not None
         session, begin = up.at(lineage, filled), filled
@@ -174,17 +184,17 @@ class Oracle:
         out = up.engine.decode(more) if begin and end - begin == 1 else up.engine.prefill(more)
         up.moved(lineage, end)
         new = np.asarray(out.hidden, dtype=np.float32)[filled - begin:]
-        buffer = self._rows.get(lineage)
         if buffer is None or len(buffer) < end:
             grown = np.empty((max(end, 2 * filled), new.shape[1]), dtype=np.float32)
             if buffer is not None:
                 grown[:filled] = buffer[:filled]
-            buffer = self._rows[lineage] = grown
+            buffer = grown
         buffer[filled:end] = new
-        self._filled[lineage] = end
+        self._rows[lineage] = (buffer, end)
         if len(self._rows) > 4 * _Follower.KEEP:  # forget the rows of lineages long gone
             for gone in [k for k in self._rows if k not in up.held][: len(self._rows) // 2]:
-                del self._rows[gone], self._filled[gone]
+                del self._rows[gone]
+        return buffer
 
     def inputs(self, lineage: int, history: Sequence[int], session_id: str, epoch: int,
                start: int, end: int) -> Any:
@@ -217,11 +227,7 @@ class Oracle:
         pieces = cuts(start, end)
         outs = [self._piece(session, lineage, history, a, b, other) for a, b in pieces]
         ref.moved(lineage, end)
-        singles = [a for a, b in pieces if a and b - a == 1]
-        self.path = (f"on a fault-free engine of the same factory holding positions 0..{start - 1}, in "
-                     f"{len(pieces)} call(s) " + (f"cut at {', '.join(str(a) for a, _ in pieces[1:])}" if
-                                                   len(pieces) > 1 else "") +
-                     (f" with position(s) {', '.join(map(str, singles))} by {other}" if singles else ""))
+        self.path = _described(start, pieces, other)
         if isinstance(outs[-1], SampleBundle):
             return SampleBundle(session_id, epoch, outs[-1].pos, outs[-1].token)
         rows = np.concatenate([np.asarray(o.hidden, dtype=np.float32) for o in outs])

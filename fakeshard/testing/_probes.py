@@ -145,11 +145,6 @@ def required(longest: int = LONGEST) -> frozenset[str]:
     return REQUIRED - {f"position:{p}" for p in EDGES if p >= longest}
 
 
-def longest_of(factory: object) -> int:
-    """The longest prompt the machines send ``factory``'s engines."""
-    return int(getattr(factory, "machine_max_positions", LONGEST))
-
-
 def missing(seen: Counter[str] | set[str] | None = None, longest: int = LONGEST) -> list[str]:
     have = set(seen if seen is not None else reached)
     return sorted(required(longest) - have)

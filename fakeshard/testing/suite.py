@@ -21,6 +21,7 @@ from fakeshard.testing import checks
 from fakeshard.testing._campaign import machine_settings, reporter_for, traces_dir, whole_profile, worker_seed
 from fakeshard.testing._coordinator_machine import FAULT_OUTCOMES, CoordinatorMachine
 from fakeshard.testing._failover import FailoverMachine
+from fakeshard.testing._lengths import longest_of
 from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
 from fakeshard.testing._parallel import run_parallel
 from fakeshard.testing._regress import run_machine
@@ -117,7 +118,7 @@ def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, re
             config = MachineConfig.for_factory(engine_factory, engine_factory_name)
             run_machine(machine, config, save_dir=None)
             reached.update(probes.reached - before)
-    unreached = probes.missing(reached, probes.longest_of(engine_factory))
+    unreached = probes.missing(reached, longest_of(engine_factory))
     assert unreached == [], f"unreached probes: {unreached}"
     impossible = probes.impossible(reached)
     assert not impossible, ("reached crossings the contract makes impossible (the engine or the list is "
