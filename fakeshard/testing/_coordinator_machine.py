@@ -10,7 +10,9 @@ It offers ``start(session_id, prompt)``, ``next_token(session_id) -> int`` and
 :class:`CoordinatorMachine` drives several sessions at once, interleaved (start,
 next token, release, reuse of an id), over engines from the factory under test,
 each with a drawn fault plan (every fault kind), crashes between steps, and
-optionally tight capacity.  After every step it checks what a user of the
+optionally tight capacity.  One start in eight sends a long prompt (a seeded run, at a
+length real engines break at: see :mod:`fakeshard.testing._lengths`), and one run in
+eight is at a real hidden width (4096) with short prompts.  After every step it checks what a user of the
 coordinator relies on:
 
 * each session's tokens are the fault-free stream of one FULL engine;
@@ -73,7 +75,8 @@ from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard._pipeline import answer_problem
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._machines import FinishingMachine, spread
+from fakeshard.testing._lengths import capped, longest_prompt, token_count, tokens_of
+from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
@@ -96,9 +99,14 @@ RANGES = ((0, 2), (2, 4), (4, 6))
 #: Engines per stage: the initial route's and one spare.
 PER_STAGE = 2
 SIDS = ("p", "q", "r")
-#: A session's history (prompt and generated tokens) stays within this many positions.
+#: A short prompt has at most this many tokens; a session generates while its history
+#: (prompt and tokens) is shorter than :data:`MAX_HISTORY`, or, after a long prompt, than the
+#: prompt and this many more.
+MAX_PROMPT = 6
+#: A session with a short prompt stays within this many positions.
 MAX_HISTORY = 12
-#: Tight capacity: every session at its longest fits on a node, and nothing more.
+#: Tight capacity: every session at its longest fits on a node, and nothing more.  Runs at
+#: tight capacity send short prompts only (a long one would never fit).
 TIGHT_CAPACITY = len(SIDS) * MAX_HISTORY
 #: A step may end in ``GaveUp`` only when more calls than this failed by a fault.
 GIVE_UP_AFTER = 8
@@ -256,6 +264,15 @@ class _Session:
     open: bool = True
     gave_up: bool = False
 
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.tokens)
+
+    @property
+    def limit(self) -> int:
+        """The longest history the machine grows this session to."""
+        return max(MAX_HISTORY, len(self.prompt) + MAX_PROMPT)
+
 
 class CoordinatorRunner:
     """Engines from the factory with their fault plans, the coordinator under test over them,
@@ -336,8 +353,8 @@ class CoordinatorRunner:
         is_open = sid in self.open_sessions()
         if op not in ("start", "next", "release") or is_open != (op != "start"):
             raise InvalidStep(f"{op} of session {sid!r}, which is {'open' if is_open else 'not open'}")
-        if op == "next" and len(self.history(sid)) >= MAX_HISTORY:
-            raise InvalidStep(f"next of session {sid!r}, already at {MAX_HISTORY} positions")
+        if op == "next" and self.sessions[sid].length >= self.sessions[sid].limit:
+            raise InvalidStep(f"next of session {sid!r}, already at {self.sessions[sid].limit} positions")
 
     def history(self, sid: str) -> list[int]:
         """The session's prompt and the tokens the coordinator gave for it."""
@@ -348,8 +365,8 @@ class CoordinatorRunner:
         c = self.coordinator
         if op == "start":
             self.log.released.discard(sid)
-            self.sessions[sid] = _Session(list(step["prompt"]))
-            c.start(sid, list(step["prompt"]))
+            self.sessions[sid] = _Session(tokens_of(step["prompt"]))
+            c.start(sid, list(self.sessions[sid].prompt))
             return {"outcome": "ok"}
         s = self.sessions[sid]
         try:
@@ -433,6 +450,8 @@ class CoordinatorRunner:
 def _describe(step: dict[str, Any]) -> str:
     if step["op"] == "crash":
         return f"crash node {step['node']}"
+    if step["op"] == "start" and token_count(step["prompt"]) > MAX_PROMPT:
+        return f"start {step['session_id']} with {token_count(step['prompt'])} tokens"
     return f"{step['op']} {step['session_id']}"
 
 
@@ -468,25 +487,35 @@ class CoordinatorMachine(FinishingMachine):
     machine_name = "coordinator"
 
     @initialize(seed=st.integers(0, 2), capacity=st.sampled_from([None, None, TIGHT_CAPACITY]),
-                plans=st.lists(node_plans, min_size=len(RANGES) * PER_STAGE, max_size=len(RANGES) * PER_STAGE))
-    def setup(self, seed: int, capacity: Optional[int], plans: list[FaultPlan]) -> None:
+                plans=st.lists(node_plans, min_size=len(RANGES) * PER_STAGE, max_size=len(RANGES) * PER_STAGE),
+                wide=wide)
+    def setup(self, seed: int, capacity: Optional[int], plans: list[FaultPlan], wide: bool) -> None:
         self.crashes = 0
+        config = self.config
+        hidden = config.wide_hidden_size if wide and config.wide_hidden_size else config.hidden_size
+        #: The longest prompt a start sends: short at tight capacity; otherwise the factory's, and
+        #: an eighth of the values one engine's step may carry (a failure replays the whole
+        #: history on every stage).
+        self.longest = MAX_PROMPT if capacity is not None else longest_prompt(config.max_positions, hidden, share=8)
         self.runner = CoordinatorRunner(
-            self.config.factory, factory_name=self.config.factory_name, coordinator=self.config.coordinator_name,
-            coordinator_factory=self.config.coordinator, seed=seed, plans=plans, capacity=capacity,
-            tolerance=self.config.tolerance, hidden_size=self.config.hidden_size)
+            config.factory, factory_name=config.factory_name, coordinator=config.coordinator_name,
+            coordinator_factory=config.coordinator, seed=seed, plans=plans, capacity=capacity,
+            tolerance=config.tolerance, hidden_size=hidden)
 
     def _sessions(self, open_: bool) -> list[str]:
         open_now = self.runner.open_sessions() if self.runner is not None else []
         return [sid for sid in SIDS if (sid in open_now) == open_]
 
     def _growing(self) -> list[str]:
+        sessions = self.runner.sessions
         return [sid for sid in self._sessions(open_=True)
-                if len(self.runner.history(sid)) < MAX_HISTORY and not self.runner.sessions[sid].gave_up]
+                if sessions[sid].length < sessions[sid].limit and not sessions[sid].gave_up]
 
     @precondition(lambda self: bool(self._sessions(open_=False)))
-    @rule(data=st.data(), prompt=st.lists(st.integers(0, 63), min_size=1, max_size=6))
-    def start(self, data: st.DataObject, prompt: list[int]) -> None:
+    @rule(data=st.data(), prompt=now_and_then(st.lists(st.integers(0, 63), min_size=1, max_size=MAX_PROMPT),
+                                              seeded_runs))
+    def start(self, data: st.DataObject, prompt: Any) -> None:
+        prompt = capped(prompt, self.longest)
         sid = data.draw(st.sampled_from(self._sessions(open_=False)))
         self._run({"op": "start", "session_id": sid, "prompt": prompt})
 

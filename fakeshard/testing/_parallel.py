@@ -48,7 +48,9 @@ from fakeshard import (
 from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._lengths import EDGES, LONGEST, longest_prompt
 from fakeshard.testing._linearizability import Op, Verdict, check, timeline
+from fakeshard.testing._machines import now_and_then
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, stem
 
 CRASH_SESSION = "crash-now"
@@ -72,11 +74,25 @@ def token_at(session_id: str, pos: int) -> int:
 
 # -- programs -----------------------------------------------------------------------------
 
-def calls(global_ops: bool = True) -> st.SearchStrategy[tuple]:
+def prefill_lengths(longest: int = LONGEST) -> st.SearchStrategy[int]:
+    """A prefill's positions: mostly one to three, one in eight at a length real engines
+    break at (:func:`fakeshard.testing.strategies.lengths`), at most ``longest``."""
+    from fakeshard.testing.strategies import lengths
+
+    return now_and_then(st.integers(1, 3), lengths(longest))
+
+
+def decode_positions(longest: int = LONGEST) -> st.SearchStrategy[int]:
+    """A decode's position: mostly one to five, one in eight at a boundary's edge, where a
+    long prefill ends (at most ``longest``)."""
+    return now_and_then(st.integers(1, 5), st.sampled_from([p for p in EDGES if p <= longest] or [1]))
+
+
+def calls(global_ops: bool = True, longest: int = LONGEST) -> st.SearchStrategy[tuple]:
     sid, epoch = st.sampled_from(SESSIONS), st.integers(0, 2)
     choices = [
-        st.tuples(st.just("prefill"), sid, epoch, st.sampled_from([0, 0, 0, 1, 2, 3]), st.integers(1, 3)),
-        st.tuples(st.just("decode"), sid, epoch, st.integers(1, 5)),
+        st.tuples(st.just("prefill"), sid, epoch, st.sampled_from([0, 0, 0, 1, 2, 3]), prefill_lengths(longest)),
+        st.tuples(st.just("decode"), sid, epoch, decode_positions(longest)),
         st.tuples(st.sampled_from(["cancel", "release"]), sid, epoch),
         st.tuples(st.just("view"), sid),
     ]
@@ -104,11 +120,12 @@ class Program:
         return len(self.prefix) + sum(len(b) for b in self.branches)
 
 
-def programs(branch_calls: int = 10) -> st.SearchStrategy[Program]:
-    call = calls()
+def programs(branch_calls: int = 10, longest: int = LONGEST) -> st.SearchStrategy[Program]:
+    """Programs whose prefills carry at most ``longest`` positions."""
+    call = calls(longest=longest)
     # The prefix mostly opens sessions, so the branches race over live caches.
     opening = st.tuples(st.just("prefill"), st.sampled_from(SESSIONS), st.integers(0, 2), st.just(0),
-                        st.integers(1, 3))
+                        prefill_lengths(longest))
     return st.builds(
         Program,
         st.builds(lambda a, b: tuple(a + b), st.lists(opening, max_size=2), st.lists(call, max_size=2)),
@@ -334,7 +351,9 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
 
     @Settings(settings, max_examples=sizes.programs, phases=[Phase.explicit, Phase.generate], database=None,
               deadline=None, suppress_health_check=list(HealthCheck), print_blob=False)
-    @given(programs(sizes.branch_calls))
+    # A program runs several times and each long prefill crosses to a served node: an eighth of
+    # the values one engine's step may carry (see ``fakeshard.testing._lengths``).
+    @given(programs(sizes.branch_calls, longest_prompt(config.max_positions, config.hidden_size, share=8)))
     def search(program: Program) -> None:
         if found:
             return
