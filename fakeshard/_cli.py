@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from fakeshard._check import CheckOptions
+    from fakeshard.testing._concurrent import Replayed
     from fakeshard.testing._parallel import ParallelReplay
     from fakeshard.testing._regress import ReplayResult
     from fakeshard.testing._trace import Trace
@@ -53,9 +54,13 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--certify", action="store_true",
                    help="require a real-model engine (refused for fixture engines)")
     p.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
-                   help="coordinator factory, called as factory(stages, clock=clock), for the coordinator machine "
-                        "(default: $FAKESHARD_COORDINATOR, else the kit's reference); with it and no "
-                        "--machines, only the coordinator machine runs")
+                   help="coordinator factory, called as factory(stages, clock=clock), for the coordinator "
+                        "machines (default: $FAKESHARD_COORDINATOR, else the kit's references); a synchronous "
+                        "one runs in the coordinator machine, an async one in the concurrent machine; with it "
+                        "and no --machines, only those two run")
+    p.add_argument("--availability", type=float, default=None, metavar="SHARE",
+                   help="fail the concurrent machine when the share of next_token requests answered with a "
+                        "token is below SHARE (0..1; default: reported only)")
     p.add_argument("--database", default=None, metavar="URL",
                    help="Hypothesis example database shared between hosts: redis://host:port/db or a "
                         "folder (default: $FAKESHARD_DATABASE; needs a randomized profile)")
@@ -95,17 +100,18 @@ def parser() -> argparse.ArgumentParser:
 
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":
     """The campaign that options from :func:`add_campaign_options` ask for."""
-    from fakeshard._check import CheckOptions
+    from fakeshard._check import COORDINATOR_MACHINES, CheckOptions
     from fakeshard._factory import resolve_factory_name
 
     coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
-    machines = args.machines or (("coordinator",) if args.coordinator else CheckOptions.machines)
+    machines = args.machines or (COORDINATOR_MACHINES if args.coordinator else CheckOptions.machines)
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,
         out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"),
         min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
+        availability=args.availability,
     )
 
 
@@ -189,6 +195,14 @@ def _replay(args: argparse.Namespace) -> int:
                 trace.config["coordinator"] = args.coordinator
     status = 0
     for path, trace in traces:
+        if trace.machine == "concurrent":
+            from fakeshard.testing._concurrent import replay_concurrent
+
+            replayed = replay_concurrent(trace, factory, args.coordinator,
+                                         tolerance=getattr(factory, "tolerance", 0.0))
+            sys.stdout.write(_concurrent_report(path, trace, name, replayed) + "\n")
+            status |= int(replayed.run.failure is not None)
+            continue
         if trace.machine == "parallel":
             from fakeshard.testing._parallel import replay_parallel
 
@@ -201,6 +215,24 @@ def _replay(args: argparse.Namespace) -> int:
         sys.stdout.write(_replay_table(path, trace, result) + "\n")
         status |= int(result.failed)
     return status
+
+
+def _concurrent_report(path: Path, trace: "Trace", name: str, again: "Replayed") -> str:
+    from fakeshard.testing._concurrent import Scenario, timeline
+
+    scenario = Scenario.from_dict(trace.config["scenario"])
+    lines = [f"{path} (concurrent machine, found on {trace.engine_factory} with "
+             f"{trace.config.get('coordinator')}, {trace.note or 'no note'})",
+             f"scenario: {scenario.describe()}"]
+    lines += [f"  {e.describe()}" for e in scenario.nemesis]
+    lines += ["the run again (virtual seconds):", timeline(again.run.events)]
+    lines.append("the same history, event for event, as the saved one" if again.same_history else
+                 "NOT the saved history: the coordinator, the engine or the kit changed since")
+    if again.run.failure is not None:
+        lines.append(f"FAILS on {name} ({again.run.check}): {again.run.failure}")
+    else:
+        lines.append(f"passes on {name}; availability {again.run.availability:.3f}")
+    return "\n".join(lines)
 
 
 def _parallel_report(path: Path, trace: "Trace", name: str, again: "ParallelReplay") -> str:

@@ -79,6 +79,7 @@ from fakeshard.testing._lengths import capped, longest_prompt, token_count, toke
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
+from fakeshard.testing._sim import is_async_coordinator
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 __all__ = [
@@ -119,15 +120,18 @@ COMPUTE, CLEANUP = ("prefill", "decode"), ("cancel", "release")
 CALLS = COMPUTE + CLEANUP
 
 
-def call_budget(op: str, faults: int, kind: str = "compute", own: bool = True) -> int:
-    """The most ``kind`` calls (``"compute"`` or ``"cleanup"``) step ``op`` may make for one
-    session (the step's ``own``, or another), with ``faults`` calls failing by a fault."""
-    return _budget(op, faults, kind, own)[0]
+def call_budget(op: str, faults: int, kind: str = "compute", own: bool = True, *,
+                stages: int = len(RANGES), engines: int = len(RANGES) * PER_STAGE) -> int:
+    """The most ``kind`` calls (``"compute"`` or ``"cleanup"``) step ``op`` (``start``,
+    ``next`` or ``release``) may make for one session (the step's ``own``, or another), with
+    ``faults`` calls failing by a fault, over ``stages`` stages and ``engines`` engines (by
+    default this machine's)."""
+    return _budget(op, faults, kind, own, stages, engines)[0]
 
 
-def _budget(op: str, faults: int, kind: str, own: bool) -> tuple[int, str]:
+def _budget(op: str, faults: int, kind: str, own: bool, stages: int = len(RANGES),
+            engines: int = len(RANGES) * PER_STAGE) -> tuple[int, str]:
     """:func:`call_budget` with its reason, in words."""
-    stages, engines = len(RANGES), len(RANGES) * PER_STAGE
     if kind == "compute":
         base = int(own and op != "release")
         why = ("one pass over the route (S = {s}) for each failing call and one that succeeds" if base else
@@ -190,7 +194,7 @@ class CallLog:
         self.faults += outcome in FAULT_OUTCOMES
         self.node_seconds += seconds
         self.current.append((node, op, session_id, epoch, outcome))
-        probes.record([f"coordinator:call:{outcome}"])
+        probes.record([f"coordinator:call:{outcome}", f"code:{outcome}"])
         if session_id in self.released:
             self.violations.append(f"node {node} got {op} for session {session_id!r} (epoch {epoch}) "
                                    "after the session was released")
@@ -214,6 +218,7 @@ class Node:
     def _call(self, op: str, session_id: Any, epoch: Any, *args: Any) -> Any:
         started = self.log.clock.now()
         outcome = "error"
+        fired = len(getattr(self.engine, "fault_log", ()))
         try:
             out = getattr(self.engine, op)(*args)
             outcome = "ok"
@@ -228,6 +233,8 @@ class Node:
             outcome = exc.code
             raise
         finally:
+            log = tuple(getattr(self.engine, "fault_log", ()))
+            probes.record([f"fault:{type(f.fault).__name__}" for f in log[fired:]])
             self.log.record(self.index, op, session_id, epoch, outcome, self.log.clock.now() - started)
 
     def prefill(self, bundle: Any) -> Any:
@@ -295,6 +302,9 @@ class CoordinatorRunner:
         stages = [self.nodes[i * PER_STAGE:(i + 1) * PER_STAGE] for i in range(len(RANGES))]
         make = coordinator_factory or load_coordinator(coordinator)
         self.coordinator = make(stages, clock=self.clock)
+        if is_async_coordinator(self.coordinator):
+            raise CoordinatorError(f"{coordinator} builds an async coordinator ({type(self.coordinator).__name__}): "
+                                   "the concurrent machine tests it, over async engines")
         self.sessions: dict[str, _Session] = {}
         self.streams = ReferenceStreams(factory, self.spec, seed)
         self.trace = Trace(

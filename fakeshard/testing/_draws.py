@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["stable_draws"]
+__all__ = ["search_until_found", "stable_draws"]
 
 _lock = threading.Lock()
 _depth = 0
@@ -53,3 +53,19 @@ def stable_draws() -> Iterator[None]:
             if _depth == 0:
                 providers._get_local_constants = _original
                 cache.cache.clear()
+
+
+def search_until_found(search: Callable[[], None], found: list[Any], seed: Optional[int] = None) -> None:
+    """Run the Hypothesis test ``search``, which appends its first failing example to ``found``
+    and raises to stop the search, under :func:`stable_draws` (and ``seed``, if given).  An
+    exception with nothing found is the search's own error, and propagates."""
+    if seed is not None:
+        from hypothesis import seed as hypothesis_seed
+
+        search = hypothesis_seed(seed)(search)
+    try:
+        with stable_draws():
+            search()
+    except Exception:
+        if not found:
+            raise

@@ -47,7 +47,7 @@ from fakeshard import (
 )
 from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
-from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._draws import search_until_found
 from fakeshard.testing._lengths import EDGES, LONGEST, longest_prompt
 from fakeshard.testing._linearizability import Op, Verdict, check, timeline
 from fakeshard.testing._machines import now_and_then
@@ -367,16 +367,7 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
             found.append((program, *failure))
             raise NotLinearizable("found")
 
-    if seed is not None:
-        from hypothesis import seed as hypothesis_seed
-
-        search = hypothesis_seed(seed)(search)
-    try:
-        with stable_draws():
-            search()
-    except Exception:
-        if not found:
-            raise
+    search_until_found(search, found, seed)
     if not found:
         return ran[0]
     program, history, verdict = found[0]

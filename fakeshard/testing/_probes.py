@@ -83,6 +83,18 @@ REQUIRED: frozenset[str] = frozenset(
     + [f"position:{p}" for p in EDGES]
 ) | (CROSSINGS - frozenset(UNREACHABLE))
 
+#: The situations the concurrent machine reports (``fakeshard check``'s table counts them for it):
+#: each fault kind met in prefill, decode and release, each nemesis event, a call refused, hung
+#: or cut by a crash, a re-route, a replay at a new epoch, a release racing a token, churn
+#: mid-session, a call that worked after a partition healed, a give-up, 8 and 32 requests in flight.
+SITUATIONS = tuple(
+    [f"sim:fault:{kind}:{op}" for kind in ("Crash", "DropResponse", "Malformed", "Delay", "MemoryPressure")
+     for op in ("prefill", "decode", "release")]
+    + [f"sim:nemesis:{k}" for k in ("crash", "restart", "partition", "heal", "leave", "join")]
+    + ["sim:call:refused", "sim:call:hung", "sim:call:crashed_mid_call", "sim:reroute", "sim:replay_new_epoch",
+       "sim:release_raced_token", "sim:churn_mid_session", "sim:partition_healed", "sim:gave_up",
+       "sim:in_flight:8", "sim:in_flight:32"])
+
 #: Probes reached in this process, with counts.
 reached: Counter[str] = Counter()
 

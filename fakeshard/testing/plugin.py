@@ -65,7 +65,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--coordinator", default=None,
         help=f"coordinator factory as module:callable (default: ${COORDINATOR_ENV_VAR}, "
-        f"else {DEFAULT_COORDINATOR})",
+        f"else {DEFAULT_COORDINATOR}); an async one is tested by the concurrent machine",
+    )
+    group.addoption(
+        "--availability", type=float, default=None,
+        help="the concurrent machine fails a campaign whose share of next_token requests answered "
+        "with a token is below this (0..1; default: reported, not required)",
     )
 
 

@@ -19,6 +19,7 @@ from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing import checks
 from fakeshard.testing._campaign import machine_settings, reporter_for, traces_dir, whole_profile, worker_seed
+from fakeshard.testing._concurrent import ConcurrentFailure, builds_async, run_concurrent
 from fakeshard.testing._coordinator_machine import FAULT_OUTCOMES, CoordinatorMachine
 from fakeshard.testing._failover import FailoverMachine
 from fakeshard.testing._lengths import longest_of
@@ -29,7 +30,7 @@ from fakeshard.testing._surface import SurfaceMachine
 from fakeshard.testing.plugin import RUN
 
 __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "test_machine",
-           "test_machine_coordinator", "test_machine_parallel"]
+           "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel"]
 
 
 @pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
@@ -81,6 +82,8 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     """Machine ``coordinator``: the coordinator under test (``--coordinator``) over engines from
     the factory, with faults and crashes; every stream fault-free, nothing held after release,
     no call after release, every step within the stated budget."""
+    if builds_async(coordinator_factory):
+        pytest.skip("an async coordinator: the concurrent machine tests it")
     reporter = reporter_for("coordinator")
     config = MachineConfig.for_factory(engine_factory, engine_factory_name, coordinator=coordinator_factory,
                                        coordinator_name=request.config.stash[RUN].coordinator_name,
@@ -100,6 +103,31 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     if profiles.is_ci() and whole_profile():  # a ci campaign puts the coordinator through every failing call
         unseen = sorted(o for o in FAULT_OUTCOMES if not reached[f"coordinator:call:{o}"])
         assert not unseen, f"the coordinator campaign drew no call answered {', '.join(unseen)}"
+
+
+def test_machine_concurrent(engine_factory, engine_factory_name, coordinator_factory, request):
+    """Machine ``concurrent``: an async coordinator (``--coordinator``, else the kit's reference
+    async one) with many sessions in flight over engines from the factory, under a nemesis on
+    virtual time; every stream fault-free, nothing held after release, no call after release
+    or to a node that left, every request within the budget (``--availability`` may require a
+    share of answered requests)."""
+    run = request.config.stash[RUN]
+    reporter = reporter_for("concurrent")
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name, coordinator=coordinator_factory,
+                                       coordinator_name=run.coordinator_name,
+                                       on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed = True
+    try:
+        total = run_concurrent(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
+                               availability=request.config.getoption("--availability"))
+        failed = False
+    except ConcurrentFailure as exc:
+        pytest.fail(str(exc), pytrace=False)
+    finally:
+        if reporter is not None:
+            reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name])
+    assert config.runs > 0 and total.next_requests > 0
 
 
 def test_ci_campaign_reaches_every_probe(engine_factory, engine_factory_name, request):

@@ -1,0 +1,247 @@
+"""The concurrent machine: virtual time, the simulated cluster, determinism, and the planted
+async coordinators it must catch."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+from fakeshard import EngineCrashed, FakeShardEngine, FaultPlan, ShardSpec, TokenBundle
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._async_coordinator import reference_async
+from fakeshard.testing._concurrent import (
+    Client,
+    ConcurrentFailure,
+    Round,
+    Scenario,
+    replay_concurrent,
+    run_concurrent,
+    run_scenario,
+    scenarios,
+)
+from fakeshard.testing._coordinator_machine import CoordinatorError, CoordinatorRunner, reference
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._sim import Deadlock, Nemesis, World, new_loop
+from fakeshard.testing._trace import Trace
+from planted.async_coordinators import PLANTED
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ShardSpec("sim-test", 2, 0, 2, hidden_size=4, vocab_size=64)
+
+
+def _run(coro):
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(coro), loop.time()
+    finally:
+        loop.close()
+
+
+# -- virtual time --------------------------------------------------------------------------------
+
+def test_virtual_time_moves_only_to_the_next_timer():
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(100)
+        at_sleep = loop.time()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), 2.5)
+        return at_sleep
+
+    at_sleep, end = _run(main())
+    assert at_sleep == 100.0
+    assert end == pytest.approx(102.5)
+
+
+def test_a_loop_where_everything_waits_forever_is_a_deadlock_not_a_hang():
+    async def main():
+        await asyncio.Event().wait()
+
+    with pytest.raises(Deadlock, match="never go on"):
+        _run(main())
+
+
+# -- the simulated cluster -------------------------------------------------------------------------
+
+def _world(loop, replicas=1):
+    return World(loop, FakeShardEngine, SPEC, stages=1, replicas=replicas, seed=0, capacity=None,
+                 plans=[FaultPlan()] * replicas)
+
+
+def test_a_partition_that_refuses_answers_engine_crashed_and_applies_nothing():
+    async def main():
+        world = _world(asyncio.get_running_loop())
+        await world.apply(Nemesis(0.0, "partition", node=0, mode="refuse", duration=5.0))
+        node = world.stages()[0][0]
+        with pytest.raises(EngineCrashed, match="partitioned"):
+            await node.prefill(TokenBundle("s", 0, 0, (1, 2)))
+        assert world.nodes[0].engine.session("s") is None
+        await asyncio.sleep(5.0)  # healed
+        out = await node.prefill(TokenBundle("s", 0, 0, (1, 2)))
+        return out.pos, [c.outcome for c in world.calls]
+
+    (pos, outcomes), _ = _run(main())
+    assert pos == 2 and outcomes == ["refused", "ok"]
+
+
+def test_a_partition_that_hangs_answers_never_and_only_the_callers_timeout_ends_the_wait():
+    async def main():
+        world = _world(asyncio.get_running_loop())
+        await world.apply(Nemesis(0.0, "partition", node=0, mode="hang", duration=50.0))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(world.stages()[0][0].prefill(TokenBundle("s", 0, 0, (1,))), 3.0)
+        return world.calls[0]
+
+    call, end = _run(main())
+    assert call.outcome == "hung" and call.abandoned and end == pytest.approx(3.0)
+
+
+def test_a_node_that_leaves_is_announced_and_never_the_last_of_its_stage():
+    async def main():
+        world = _world(asyncio.get_running_loop(), replicas=2)
+        told = []
+        world.on_nodes_changed = lambda stages: told.append([n.name for n in stages[0]])
+        await world.apply(Nemesis(0.0, "leave", node=0))
+        await world.apply(Nemesis(0.0, "leave", node=1))  # the stage's last node stays
+        await world.apply(Nemesis(0.0, "join", stage=0))
+        return told, [e.get("skipped") for e in world.events]
+
+    (told, skipped), _ = _run(main())
+    assert told == [["n1"], ["n1", "n2"]]
+    assert skipped == [None, "the stage's last node", None]
+
+
+def test_nemesis_events_refuse_what_they_cannot_be():
+    with pytest.raises(ValueError, match="kind"):
+        Nemesis(0.0, "flood", node=0)
+    with pytest.raises(ValueError, match="mode"):
+        Nemesis(0.0, "partition", node=0, mode="slow", duration=1.0)
+    with pytest.raises(ValueError, match="stage"):
+        Nemesis(0.0, "join")
+
+
+# -- runs -------------------------------------------------------------------------------------------
+
+SMALL = Scenario(seed=5, stages=2, replicas=2, capacity=None, plans=(FaultPlan(),) * 4,
+                 clients=(Client("a", 0.0, (Round([1, 2, 3], 3), Round({"count": 600, "seed": 9}, 2))),
+                          Client("b", 0.01, (Round([4], 4, stop=2, stop_after=0.005),))),
+                 nemesis=(Nemesis(0.05, "crash", node=0, restart_after=1.0),
+                          Nemesis(0.1, "partition", node=3, mode="hang", duration=4.0)))
+
+
+def test_the_reference_async_coordinator_passes_a_small_run_and_reports_it():
+    run = run_scenario(FakeShardEngine, SMALL, reference_async)
+    assert run.failure is None, run.failure
+    assert run.next_requests >= 5 and 0.0 < run.availability <= 1.0
+    ops = [(e["session"], e["op"]) for e in run.events if e["event"] == "complete"]
+    assert ops.count(("a", "release")) == 2 and ("b", "release") in ops
+    assert run.reached["sim:nemesis:crash"] and run.reached["sim:nemesis:partition"]
+
+
+def test_a_scenario_survives_its_json_form():
+    again = Scenario.from_dict(json.loads(json.dumps(SMALL.to_dict())))
+    assert again == SMALL
+
+
+def test_a_synchronous_coordinator_is_refused_by_the_concurrent_machine():
+    run = None
+    with pytest.raises(TypeError, match="not an async coordinator"):
+        run = run_scenario(FakeShardEngine, SMALL, reference)
+    assert run is None
+
+
+def test_an_async_coordinator_is_refused_by_the_one_call_at_a_time_machine():
+    from fakeshard.testing._coordinator_machine import PER_STAGE, RANGES
+
+    with pytest.raises(CoordinatorError, match="concurrent machine"):
+        CoordinatorRunner(FakeShardEngine, factory_name="fakeshard:FakeShardEngine", coordinator="x", seed=0,
+                          plans=[FaultPlan()] * (len(RANGES) * PER_STAGE), coordinator_factory=reference_async)
+
+
+# -- same seed, same run -----------------------------------------------------------------------------
+
+def _digest(run):
+    return hashlib.sha256(json.dumps([run.events, run.calls], sort_keys=True).encode()).hexdigest()
+
+
+@settings(max_examples=15, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(scenarios(max_clients=24))
+def test_one_scenario_runs_the_same_interleaving_twice(scenario):
+    first = run_scenario(FakeShardEngine, scenario, reference_async)
+    second = run_scenario(FakeShardEngine, scenario, reference_async)
+    assert first.events == second.events  # event for event, as madsim's check compares
+    assert first.calls == second.calls
+
+
+def test_the_history_does_not_depend_on_the_process_or_its_hash_seed():
+    script = ("import hashlib, json, sys\n"
+              "from fakeshard import FakeShardEngine\n"
+              "from fakeshard.testing._concurrent import Scenario, run_scenario\n"
+              "from fakeshard.testing._async_coordinator import reference_async\n"
+              "run = run_scenario(FakeShardEngine, Scenario.from_dict(json.loads(sys.argv[1])), reference_async)\n"
+              "print(hashlib.sha256(json.dumps([run.events, run.calls], sort_keys=True).encode()).hexdigest())\n")
+    digests = {subprocess.run([sys.executable, "-c", script, json.dumps(SMALL.to_dict())], capture_output=True,
+                              text=True, check=True, cwd=ROOT, env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout.strip()
+               for seed in ("1", "4242")}
+    assert digests == {_digest(run_scenario(FakeShardEngine, SMALL, reference_async))}
+
+
+# -- testing the tester ---------------------------------------------------------------------------------
+
+EXPECTED = {
+    "releases_without_waiting": {"after_release", "release", "budget"},
+    "replays_at_same_epoch": {"gave_up", "stream", "budget", "raised"},
+    "never_times_out": {"unanswered"},
+    "keeps_nodes_that_left": {"gone_node"},
+    "releases_only_at_tail": {"release", "leak"},
+    "forgets_epoch_on_reuse": {"budget", "gave_up", "raised"},
+}
+
+
+@pytest.mark.parametrize("planted", PLANTED, ids=lambda p: p.name)
+def test_a_planted_async_coordinator_is_caught_under_ci_and_its_trace_replays(planted, tmp_path):
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine", coordinator=planted.factory(),
+                                       coordinator_name=f"planted.async_coordinators:{planted.name}")
+    with pytest.raises(ConcurrentFailure) as caught:
+        run_concurrent(config, settings=profiles.get("ci"), save_dir=tmp_path)
+    trace = Trace.load(Path(config.saved[0]))
+    assert trace.machine == "concurrent" and trace.config["check"] in EXPECTED[planted.name], str(caught.value)
+    scenario = Scenario.from_dict(trace.config["scenario"])
+    assert len(scenario.clients) <= 4  # reduced
+    again = replay_concurrent(trace, FakeShardEngine, f"planted.async_coordinators:{planted.name}")
+    assert again.same_history and again.run.failure == trace.failure
+
+
+def test_the_reference_passes_a_ci_campaign_and_meets_the_cluster_situations():
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    total = run_concurrent(config, settings=settings(profiles.get("ci"), max_examples=100), save_dir=None)
+    assert total.failure is None and total.availability > 0.5
+    for situation in ("sim:nemesis:crash", "sim:nemesis:partition", "sim:nemesis:leave", "sim:nemesis:join",
+                      "sim:call:hung", "sim:reroute", "sim:replay_new_epoch", "sim:release_raced_token",
+                      "sim:churn_mid_session", "sim:in_flight:32"):
+        assert total.reached[situation], situation
+
+
+def test_fakeshard_replay_prints_the_timeline_and_says_the_history_is_the_same(tmp_path):
+    name = "planted.async_coordinators:releases_only_at_tail"
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
+                                       coordinator=PLANTED[4].factory(), coordinator_name=name)
+    with pytest.raises(ConcurrentFailure):
+        run_concurrent(config, settings=profiles.get("ci"), save_dir=tmp_path)
+    cmd = [sys.executable, "-m", "fakeshard", "replay", config.saved[0]]
+    failing = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert failing.returncode == 1, failing.stderr
+    assert "the same history, event for event" in failing.stdout and "FAILS on" in failing.stdout
+    assert "was released, but node" in failing.stdout
+    fixed = subprocess.run(cmd + ["--coordinator", "fakeshard.testing._async_coordinator:reference_async"],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "NOT the saved history" in fixed.stdout and "passes on" in fixed.stdout
