@@ -373,7 +373,8 @@ def summary_table(result: CheckResult) -> str:
         outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
         rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{len(own)}",
                      ", ".join(faults) or "-", ", ".join(codes) or "-", outcome))
-    return text_table(header, rows)
+    notes = [f"{m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
+    return "\n".join([text_table(header, rows)] + notes)
 
 
 def required_probes(longest: Optional[int] = None) -> frozenset[str]:

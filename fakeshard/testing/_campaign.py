@@ -110,12 +110,13 @@ class Reporter:
                                          "elapsed": now - self.started})
 
     def finish(self, config: Any, reached: Counter[str], failed: bool, traces: list[str],
-               evidence_class: str) -> None:
+               evidence_class: str, notes: Optional[list[str]] = None) -> None:
+        """Write the summary; ``notes`` are lines ``fakeshard check`` prints under its table."""
         self.tick(config, force=True)
         self._write(self.summary_path, {
             "machine": self.machine, "runs": config.runs, "steps": config.steps, "failed": failed,
             "traces": traces, "probes": dict(sorted(reached.items())), "evidence_class": evidence_class,
-            "elapsed": time.monotonic() - self.started,
+            "elapsed": time.monotonic() - self.started, "notes": list(notes or []),
         })
 
     @staticmethod

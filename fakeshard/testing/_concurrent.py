@@ -43,6 +43,7 @@ answered with a token) is reported, and may be required (``availability=0.9``).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import json
 from collections import Counter
@@ -259,6 +260,16 @@ class Run:
     def availability(self) -> float:
         return self.answered / self.next_requests if self.next_requests else 1.0
 
+    def notes(self) -> list[str]:
+        """What a campaign reports besides its situations: availability, and the nemesis events
+        whose effect no node's log shows."""
+        out = [f"availability {self.availability:.3f} ({self.answered} of {self.next_requests} next_token "
+               "requests not stopped by a release answered with a token)"]
+        if self.without_effect:
+            shown = ", ".join(self.without_effect[:3]) + (", ..." if len(self.without_effect) > 3 else "")
+            out.append(f"{len(self.without_effect)} nemesis events with no effect any node's log shows: {shown}")
+        return out
+
 
 class _Failed(Exception):
     """Stops a run at its first broken check."""
@@ -281,8 +292,9 @@ class _Runner:
         #: Session id -> the highest epoch of any call sent for it before its current round
         #: started: a cleanup call at that epoch or below is an earlier round's, not this round's.
         self.floor: dict[str, int] = {}
-        #: Cache misses a node's own memory loss explains (call numbers): they count as failures.
-        self.excused: set[int] = set()
+        #: When each failure no coordinator controls became known (a failing call, a cache miss
+        #: its node's own memory loss explains), in order: what a request's budget counts.
+        self.fault_times: list[float] = []
         #: A broken rule seen in a callback (which must not raise), failed at the next check.
         self.pending_failure: Optional[tuple[str, str]] = None
         self.max_in_flight = 0
@@ -341,8 +353,8 @@ class _Runner:
             got: list[int] = []
             prompt = tokens_of(rnd.prompt)
             self.released.pop(sid, None)
-            self.floor[sid] = max((c.epoch for c in self.world.calls
-                                   if c.session_id == sid and isinstance(c.epoch, int)), default=-1)
+            self.floor[sid] = max((c.epoch for c in self.world.by_session.get(sid, ())
+                                   if isinstance(c.epoch, int)), default=-1)
             await self._request(sid, "start", prompt, prompt=prompt, got=got)
             for i in range(rnd.tokens):
                 if rnd.stop == i:
@@ -418,22 +430,25 @@ class _Runner:
         if node.told_gone is not None and call.sent >= node.told_gone:
             self._fail_later("gone_node", f"node {node.name} was sent {call.op} at t={call.sent:g}, after the "
                              f"coordinator was told (t={node.told_gone:g}) that it left the cluster")
-        if call.outcome == "cache_miss" and call.after_wipe:
-            self.excused.add(call.seq)
+        if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and call.after_wipe):
+            self.fault_times.append(self.world.loop.time())
 
     def _fail_later(self, check: str, problem: str) -> None:
         if self.pending_failure is None:
             self.pending_failure = (check, problem)
 
     def _faults_between(self, start: float, end: float) -> int:
-        """Failures no coordinator controls in ``[start, end]``: failing calls, nemesis events,
-        excused cache misses."""
-        calls = self.world.calls
-        failing = sum(1 for c in calls if c.outcome in FAULT_OUTCOMES
-                      and start <= (c.done if c.done is not None else c.sent) <= end)
-        failing += sum(1 for seq in self.excused if start <= (calls[seq].done or 0.0) <= end)
-        failing += sum(1 for e in self.world.events if e["event"] == "nemesis" and start <= e["t"] <= end)
-        return failing
+        """Failures no coordinator controls in ``[start, end]``: failing calls, excused cache
+        misses (both as the loop's time when they were known) and nemesis events."""
+        times = self.fault_times
+        nemesis = self.world.nemesis_log
+        return (bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
+                + bisect.bisect_right(nemesis, end, key=_at) - bisect.bisect_left(nemesis, start, key=_at))
+
+    def _sent_between(self, sid: str, start: float, end: float) -> list[Call]:
+        """The session's calls sent in ``[start, end]``."""
+        calls = self.world.by_session.get(sid, [])
+        return calls[bisect.bisect_left(calls, start, key=_sent):bisect.bisect_right(calls, end, key=_sent)]
 
     def _judge(self, req: _Request, prompt: list[int], got: list[int]) -> None:
         if self.pending_failure is not None:
@@ -475,8 +490,8 @@ class _Runner:
         assert req.returned is not None
         sid = req.session_id
         floor = self.floor.get(sid, -1)
-        window = [c for c in self.world.calls if c.session_id == sid and req.invoked <= c.sent <= req.returned
-                  and not (c.op in ("cancel", "release") and isinstance(c.epoch, int) and c.epoch <= floor)]
+        window = [c for c in self._sent_between(sid, req.invoked, req.returned)
+                  if not (c.op in ("cancel", "release") and isinstance(c.epoch, int) and c.epoch <= floor)]
         stages, nodes = self.scenario.stages, len(self.world.nodes)
         ops = [req.op] + [r.op for r in overlapping]
         for kind, names in (("compute", ("prefill", "decode")), ("cleanup", ("cancel", "release"))):
@@ -492,15 +507,14 @@ class _Runner:
         """Nodes a release in ``[start, end]`` could not be sure to reach: partitioned at some
         moment of it, or whose call for ``sid`` in it failed by a fault.  What they hold is
         judged at the end of the run instead."""
-        out = {c.node for c in self.world.calls
-               if c.session_id == sid and start <= c.sent <= end and c.outcome in FAULT_OUTCOMES | {"pending"}}
+        out = {c.node for c in self._sent_between(sid, start, end) if c.outcome in FAULT_OUTCOMES | {"pending"}}
         # The events so far end at ``end``: a partition overlaps the release when it is still on
         # or healed at ``start`` or later.
         cut: set[int] = set()
-        for e in self.world.events:
-            if e["event"] == "nemesis" and e.get("kind") == "partition" and "skipped" not in e:
+        for e in self.world.nemesis_log:
+            if e["kind"] == "partition" and "skipped" not in e:
                 cut.add(e["node"])
-            elif e["event"] == "nemesis" and e.get("kind") == "heal":
+            elif e["kind"] == "heal":
                 cut.discard(e["node"])
                 if e["t"] >= start:
                     out.add(e["node"])
@@ -597,6 +611,14 @@ def make_trace(scenario: Scenario, run: Run, *, factory_name: str, coordinator_n
 def probes_of(run: Run) -> None:
     """Record the situations the run met (each once) where campaigns add probes up."""
     probes.record(sorted(run.reached))
+
+
+def _at(event: dict[str, Any]) -> float:
+    return float(event["t"])
+
+
+def _sent(call: Call) -> float:
+    return call.sent
 
 
 # -- reduction ---------------------------------------------------------------------------------

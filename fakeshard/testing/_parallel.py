@@ -299,11 +299,12 @@ def shrink(factory: Callable[..., Any], spec: ShardSpec, program: Program, found
     A smaller program may fail in fewer interleavings, so each candidate gets
     four times the campaign's runs before it is judged sound; once a whole
     pass finds no smaller failing program, the search goes on with sixteen
-    times the campaign's runs per candidate until a pass finds none again (a
-    loaded machine schedules threads differently from run to run).
+    times the campaign's runs per candidate until a pass finds none again, then
+    sixty-four times (a loaded machine schedules threads differently from run to
+    run, and a race a smaller program keeps may show in few of them).
     """
     runs = 0
-    for tries in (repeats * 4, repeats * 16):
+    for tries in (repeats * 4, repeats * 16, repeats * 64):
         progress = True
         while progress and runs < budget:
             progress = False

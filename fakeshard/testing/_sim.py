@@ -281,7 +281,11 @@ class World:
         self.rng = random.Random(seed)
         self.nodes: list[SimNode] = []
         self.calls: list[Call] = []
+        #: Each session's calls, in the order they were sent.
+        self.by_session: dict[Any, list[Call]] = {}
         self.events: list[dict[str, Any]] = []
+        #: The nemesis events among ``events``.
+        self.nemesis_log: list[dict[str, Any]] = []
         self.in_flight: set[asyncio.Task[Any]] = set()
         #: (session, node) -> the node's wipes when the session's last call there was applied.
         self._seen: dict[tuple[Any, int], int] = {}
@@ -315,6 +319,8 @@ class World:
 
     def record(self, event: str, **data: Any) -> None:
         self.events.append({"t": self.loop.time(), "event": event, **data})
+        if event == "nemesis":
+            self.nemesis_log.append(self.events[-1])
 
     def hop(self) -> float:
         return round(self.rng.uniform(*HOP), 6)
@@ -409,6 +415,7 @@ class World:
         entry = Call(len(self.calls), node.index, op, session_id, epoch,
                      getattr(request, "start_pos", None), positions, sent=self.loop.time())
         self.calls.append(entry)
+        self.by_session.setdefault(session_id, []).append(entry)
         answer: asyncio.Future[Any] = self.loop.create_future()
         task = self.loop.create_task(self._deliver(node, op, args, request, positions, entry, answer))
         self.in_flight.add(task)

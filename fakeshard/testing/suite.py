@@ -117,16 +117,18 @@ def test_machine_concurrent(engine_factory, engine_factory_name, coordinator_fac
                                        coordinator_name=run.coordinator_name,
                                        on_step=reporter.tick if reporter else None)
     before = probes.reached.copy()
-    failed = True
+    failed, notes = True, []
     try:
         total = run_concurrent(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
                                availability=request.config.getoption("--availability"))
         failed = False
+        notes = total.notes()
     except ConcurrentFailure as exc:
         pytest.fail(str(exc), pytrace=False)
     finally:
         if reporter is not None:
-            reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name])
+            reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name],
+                            notes)
     assert config.runs > 0 and total.next_requests > 0
 
 
