@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from fakeshard import EngineCrashed, FakeShardEngine, FaultPlan, ShardSpec, TokenBundle
 from fakeshard.testing import _profiles as profiles
-from fakeshard.testing._async_coordinator import reference_async
+from fakeshard.testing._async_coordinator import AsyncCoordinator, reference_async
 from fakeshard.testing._concurrent import (
     Client,
     ConcurrentFailure,
@@ -206,6 +206,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", PLANTED, ids=lambda p: p.name)
 def test_a_planted_async_coordinator_is_caught_under_ci_and_its_trace_replays(planted, tmp_path):
     config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine", coordinator=planted.factory(),
@@ -220,6 +221,7 @@ def test_a_planted_async_coordinator_is_caught_under_ci_and_its_trace_replays(pl
     assert again.same_history and again.run.failure == trace.failure
 
 
+@pytest.mark.slow
 def test_the_reference_passes_a_ci_campaign_and_meets_the_cluster_situations():
     config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
     total = run_concurrent(config, settings=settings(profiles.get("ci"), max_examples=100), save_dir=None)
@@ -245,3 +247,39 @@ def test_fakeshard_replay_prints_the_timeline_and_says_the_history_is_the_same(t
                            capture_output=True, text=True, cwd=ROOT)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "NOT the saved history" in fixed.stdout and "passes on" in fixed.stdout
+
+
+# -- every rule has a sound design that passes it ----------------------------------------------------
+
+class CancelsInFlightOnRelease(AsyncCoordinator):
+    """Another sound release: instead of waiting for the session's call in flight, cancel it,
+    then release everywhere.  Requests it already sent still arrive; the release's epoch
+    fences them, so nothing is left and nothing is computed after the release returns."""
+
+    def __init__(self, stages, *, clock=None):
+        super().__init__(stages, clock=clock)
+        self.in_flight = {}
+
+    async def next_token(self, session_id):
+        task = asyncio.get_running_loop().create_task(super().next_token(session_id))
+        self.in_flight[session_id] = task
+        try:
+            return await task
+        finally:
+            self.in_flight.pop(session_id, None)
+
+    async def release(self, session_id):
+        task = self.in_flight.get(session_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await super().release(session_id)
+
+
+@pytest.mark.slow
+def test_a_release_that_cancels_the_call_in_flight_passes_a_ci_campaign():
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
+                                       coordinator=CancelsInFlightOnRelease,
+                                       coordinator_name="tests.test_concurrent:CancelsInFlightOnRelease")
+    total = run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
+    assert total.reached["sim:release_raced_token"] and total.failure is None

@@ -391,6 +391,13 @@ class _Runner:
             req.outcome = "unanswered"
         except GaveUp as exc:
             req.outcome, req.error = "gave_up", str(exc)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the run itself is stopping
+            # The coordinator cancelled its own work for the request (a release that stops the
+            # call in flight): judged below as any other exception.
+            req.outcome, req.error = "raised", "CancelledError: the coordinator cancelled the request"
         except Exception as exc:  # judged below: only a raced next_token may end so
             req.outcome, req.error = "raised", f"{type(exc).__name__}: {exc}"
         req.returned = loop.time()
