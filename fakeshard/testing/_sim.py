@@ -545,4 +545,3 @@ class AsyncNode:
 
     async def restart(self) -> None:
         return await self._world.call(self._node, "restart", (), None, None)
-
