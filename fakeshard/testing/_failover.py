@@ -32,7 +32,7 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._lengths import capped, longest_prompt, tokens_of
+from fakeshard.testing._lengths import WIRE_HOPS, capped, longest_prompt, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
@@ -213,7 +213,7 @@ class FailoverMachine(FinishingMachine):
     def setup(self, seed: int, plans: list[FaultPlan]) -> None:
         #: The longest prompt a start sends: the factory's, and an eighth of the values a single
         #: engine's step may carry (every hop of this machine crosses the wire, each failure replays).
-        self.longest = longest_prompt(self.config.max_positions, self.config.hidden_size, share=8)
+        self.longest = longest_prompt(self.config.max_positions, self.config.hidden_size, share=WIRE_HOPS)
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance,
                                      hidden_size=self.config.hidden_size)

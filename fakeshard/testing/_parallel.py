@@ -48,7 +48,7 @@ from fakeshard import (
 from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import search_until_found
-from fakeshard.testing._lengths import EDGES, LONGEST, longest_prompt
+from fakeshard.testing._lengths import EDGES, LONGEST, MANY_HOPS, longest_prompt
 from fakeshard.testing._linearizability import Op, Verdict, check, timeline
 from fakeshard.testing._machines import now_and_then
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, stem
@@ -352,9 +352,9 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
 
     @Settings(settings, max_examples=sizes.programs, phases=[Phase.explicit, Phase.generate], database=None,
               deadline=None, suppress_health_check=list(HealthCheck), print_blob=False)
-    # A program runs several times and each long prefill crosses to a served node: an eighth of
+    # A program runs several times and each long prefill crosses to a served node: a quarter of
     # the values one engine's step may carry (see ``fakeshard.testing._lengths``).
-    @given(programs(sizes.branch_calls, longest_prompt(config.max_positions, config.hidden_size, share=8)))
+    @given(programs(sizes.branch_calls, longest_prompt(config.max_positions, config.hidden_size, share=MANY_HOPS)))
     def search(program: Program) -> None:
         if found:
             return
