@@ -283,3 +283,17 @@ def test_a_release_that_cancels_the_call_in_flight_passes_a_ci_campaign():
                                        coordinator_name="tests.test_concurrent:CancelsInFlightOnRelease")
     total = run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
     assert total.reached["sim:release_raced_token"] and total.failure is None
+
+
+def test_a_plan_fault_that_changed_nothing_is_reported_and_one_that_did_is_not():
+    from fakeshard import Crash, FaultRule, MemoryPressure
+
+    plan = FaultPlan((FaultRule(MemoryPressure(reserve_tokens=1000), op="prefill"), FaultRule(Crash(), op="decode")))
+    scenario = Scenario(seed=1, stages=1, replicas=2, capacity=None, plans=(plan, FaultPlan()),
+                        clients=(Client("a", 0.0, (Round([1, 2], 3),)),))
+    run = run_scenario(FakeShardEngine, scenario, reference_async)
+    assert run.failure is None, run.failure
+    # A reservation on a node without a capacity leaves every call room; the crash answered engine_crashed.
+    assert run.quiet_faults == {"MemoryPressure": 1}
+    assert run.reached["sim:fault:Crash:decode"] == 1
+    assert any("MemoryPressure 1" in note for note in run.notes())

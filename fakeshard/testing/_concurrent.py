@@ -255,6 +255,8 @@ class Run:
     #: ``gave_up``, ``unanswered``, ``raised`` or ``leak``.
     check: Optional[str] = None
     without_effect: list[str] = field(default_factory=list)
+    #: Plan faults that fired without an effect the node's log shows, by kind.
+    quiet_faults: Counter[str] = field(default_factory=Counter)
 
     @property
     def availability(self) -> float:
@@ -268,6 +270,9 @@ class Run:
         if self.without_effect:
             shown = ", ".join(self.without_effect[:3]) + (", ..." if len(self.without_effect) > 3 else "")
             out.append(f"{len(self.without_effect)} nemesis events with no effect any node's log shows: {shown}")
+        if self.quiet_faults:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.quiet_faults.items()))
+            out.append(f"plan faults fired with no effect the node's own log shows: {kinds}")
         return out
 
 
@@ -571,6 +576,7 @@ class _Runner:
                     reached["sim:reroute"] += 1
                 last[key] = c.node
         self.run.without_effect = self._without_effect()
+        self.run.quiet_faults = self._quiet_faults()
         healed = {e["node"]: e["t"] for e in events if e["event"] == "nemesis" and e["kind"] == "heal"}
         if any(c.node in healed and c.sent >= healed[c.node] and c.outcome == "ok" for c in self.world.calls):
             reached["sim:partition_healed"] += 1
@@ -595,6 +601,27 @@ class _Runner:
                 continue
             if not seen:
                 quiet.append(f"{e['kind']} of n{node} at t={t:g}")
+        return quiet
+
+    def _quiet_faults(self) -> Counter[str]:
+        """Plan faults that fired on a call whose effect the node's own log does not show, by kind:
+        a crash the call did not answer ``engine_crashed`` to, a dropped response not answered
+        ``response_lost``, a malformed output the call's own check did not see (another stage or
+        the stream check may), a delay that held nothing, memory pressure no later call on the
+        node ran into."""
+        quiet: Counter[str] = Counter()
+        calls = self.world.calls
+        answers = {"Crash": "engine_crashed", "DropResponse": "response_lost", "Malformed": "malformed_output"}
+        for c in calls:
+            for kind in c.fired:
+                if kind == "MemoryPressure":
+                    seen = any(o.node == c.node and o.outcome == "out_of_memory" for o in calls[c.seq:])
+                elif kind == "Delay":
+                    seen = c.held > 0
+                else:
+                    seen = answers.get(kind) == c.outcome
+                if not seen:
+                    quiet[kind] += 1
         return quiet
 
 
@@ -770,6 +797,7 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
         total.next_requests += run.next_requests
         total.answered += run.answered
         total.without_effect += run.without_effect
+        total.quiet_faults.update(run.quiet_faults)
         probes_of(run)
         if run.failure is not None:
             found.append((sc, run))

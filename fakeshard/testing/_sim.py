@@ -174,6 +174,8 @@ class Call:
     abandoned: bool = False
     #: Faults the node's plan fired on this call, by kind.
     fired: tuple[str, ...] = ()
+    #: Seconds the node held its answer (a ``Delay`` fault).
+    held: float = 0.0
     #: Whether the node lost its memory (a crash, a restart) since the session's previous call
     #: there was applied: a cache miss it explains is no fault of the coordinator.
     after_wipe: bool = False
@@ -182,7 +184,8 @@ class Call:
         return {"seq": self.seq, "node": self.node, "op": self.op, "session_id": self.session_id,
                 "epoch": self.epoch, "start_pos": self.start_pos, "positions": self.positions,
                 "sent": self.sent, "arrived": self.arrived, "done": self.done, "outcome": self.outcome,
-                "abandoned": self.abandoned, "fired": list(self.fired), "after_wipe": self.after_wipe}
+                "abandoned": self.abandoned, "fired": list(self.fired), "held": self.held,
+                "after_wipe": self.after_wipe}
 
 
 @dataclass
@@ -466,7 +469,7 @@ class World:
             entry.after_wipe = self._seen.get(seen, node.wipes) != node.wipes
             self._seen[seen] = node.wipes
         entry.fired = tuple(type(f.fault).__name__ for f in tuple(getattr(node.engine, "fault_log", ()))[before:])
-        held = node.clock.take()
+        held = entry.held = node.clock.take()
         lives = node.lives
         if held:
             await asyncio.sleep(held)
