@@ -297,3 +297,20 @@ def test_a_plan_fault_that_changed_nothing_is_reported_and_one_that_did_is_not()
     assert run.quiet_faults == {"MemoryPressure": 1}
     assert run.reached["sim:fault:Crash:decode"] == 1
     assert any("MemoryPressure 1" in note for note in run.notes())
+
+
+def test_reduction_drops_a_stage_and_renumbers_the_nodes_the_nemesis_names():
+    from fakeshard.testing._concurrent import _fewer_stages
+
+    scenario = Scenario(seed=0, stages=3, replicas=2, capacity=None, plans=tuple(FaultPlan(seed=i) for i in range(6)),
+                        clients=(Client("a", 0.0, (Round([1], 1),)),),
+                        nemesis=(Nemesis(0.5, "crash", node=5), Nemesis(0.6, "crash", node=1),
+                                 Nemesis(2.0, "join", stage=0), Nemesis(1.0, "join", stage=2),
+                                 Nemesis(3.0, "partition", node=7, mode="hang", duration=1.0)))
+    smaller = _fewer_stages(scenario)
+    assert (smaller.stages, smaller.replicas) == (2, 2)
+    assert [p.seed for p in smaller.plans] == [0, 1, 2, 3]
+    # Node 7 joined second (stage 0, after stage 2's join at t=1); without stage 2 it is node 4.
+    assert smaller.nemesis == (Nemesis(0.6, "crash", node=1), Nemesis(2.0, "join", stage=0),
+                               Nemesis(3.0, "partition", node=4, mode="hang", duration=1.0))
+    assert run_scenario(FakeShardEngine, smaller, reference_async).failure is None

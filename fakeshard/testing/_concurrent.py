@@ -688,8 +688,36 @@ def _fewer_replicas(sc: Scenario) -> Optional[Scenario]:
     return Scenario(sc.seed, sc.stages, k, sc.capacity, sc.clients, plans, tuple(events), sc.hidden_size)
 
 
+def _fewer_stages(sc: Scenario) -> Optional[Scenario]:
+    """``sc`` with its last stage gone (its nodes' plans, the nemesis events on them, joins to it):
+    a smaller model, split over one stage fewer."""
+    if sc.stages < 2:
+        return None
+    r, last = sc.replicas, sc.stages - 1
+    first = sc.stages * r
+    joins = [e for e in sorted(sc.nemesis, key=lambda e: e.at) if e.kind == "join"]  # numbered as they happen
+
+    def moved(node: int) -> Optional[int]:
+        if node < first:
+            return None if node // r == last else node
+        join = joins[node - first] if node - first < len(joins) else None
+        if join is None or join.stage == last:
+            return None
+        return first - r + sum(1 for j in joins[:node - first] if j.stage != last)
+
+    events = []
+    for e in sc.nemesis:
+        if e.kind == "join":
+            if e.stage != last:
+                events.append(e)
+        elif e.node is not None and moved(e.node) is not None:
+            events.append(Nemesis(**{**e.__dict__, "node": moved(e.node)}))
+    return Scenario(sc.seed, last, r, sc.capacity, sc.clients, sc.plans[:last * r], tuple(events), sc.hidden_size)
+
+
 def _candidates(sc: Scenario) -> list[Scenario]:
-    """Simpler scenarios than ``sc``, the biggest cuts first."""
+    """Simpler scenarios than ``sc`` (fewer clients, nemesis events, stages, replicas, fault rules,
+    rounds, tokens; shorter prompts), the biggest cuts first."""
     out = []
     n = len(sc.clients)
     for size in (n // 2, n // 4):
@@ -697,9 +725,7 @@ def _candidates(sc: Scenario) -> list[Scenario]:
             out += [_with(sc, clients=sc.clients[:size]), _with(sc, clients=sc.clients[size:])]
     out += [_with(sc, nemesis=sc.nemesis[:i] + sc.nemesis[i + 1:]) for i in range(len(sc.nemesis))]
     out += [_with(sc, clients=sc.clients[:i] + sc.clients[i + 1:]) for i in range(n) if n > 1]
-    fewer = _fewer_replicas(sc)
-    if fewer is not None:
-        out.append(fewer)
+    out += [fewer for fewer in (_fewer_stages(sc), _fewer_replicas(sc)) if fewer is not None]
     for i, plan in enumerate(sc.plans):
         for j in range(len(plan.rules)):
             simpler = FaultPlan(plan.rules[:j] + plan.rules[j + 1:], plan.seed)
