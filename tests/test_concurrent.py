@@ -314,3 +314,14 @@ def test_reduction_drops_a_stage_and_renumbers_the_nodes_the_nemesis_names():
     assert smaller.nemesis == (Nemesis(0.6, "crash", node=1), Nemesis(2.0, "join", stage=0),
                                Nemesis(3.0, "partition", node=4, mode="hang", duration=1.0))
     assert run_scenario(FakeShardEngine, smaller, reference_async).failure is None
+
+
+def test_a_client_whose_coordinator_gave_up_beyond_the_budget_still_releases_and_nothing_is_left():
+    scenario = Scenario(seed=2, stages=1, replicas=1, capacity=None, plans=(FaultPlan(),),
+                        clients=(Client("a", 0.0, (Round([1, 2], 2),)),),
+                        nemesis=(Nemesis(0.0, "partition", node=0, mode="refuse", duration=40.0),))
+    run = run_scenario(FakeShardEngine, scenario, reference_async)
+    assert run.failure is None, run.failure
+    assert run.reached["sim:gave_up"] == 1 and run.availability == 0.0
+    outcomes = [(e["op"], e["outcome"]) for e in run.events if e["event"] == "complete"]
+    assert outcomes == [("start", "ok"), ("next_token", "gave_up"), ("release", "ok")]

@@ -304,6 +304,8 @@ class _Runner:
         #: A broken rule seen in a callback (which must not raise), failed at the next check.
         self.pending_failure: Optional[tuple[str, str]] = None
         self.max_in_flight = 0
+        #: Sessions started and not released: churn while one is, is churn mid-session.
+        self.live: set[str] = set()
 
     # -- driving --------------------------------------------------------------------------
 
@@ -344,13 +346,10 @@ class _Runner:
 
     def _nodes_changed(self, changed: Callable[..., Any]) -> Callable[..., Any]:
         def announce(stages: Any) -> Any:
-            if self.open_sessions():
+            if self.live:
                 self.run.reached["sim:churn_mid_session"] += 1
             return changed(stages)
         return announce
-
-    def open_sessions(self) -> list[str]:
-        return [sid for sid, reqs in self.open.items() if reqs]
 
     async def _client(self, client: Client) -> None:
         await asyncio.sleep(client.start_at)
@@ -361,7 +360,9 @@ class _Runner:
             self.released.pop(sid, None)
             self.floor[sid] = max((c.epoch for c in self.world.by_session.get(sid, ())
                                    if isinstance(c.epoch, int)), default=-1)
+            self.live.add(sid)
             await self._request(sid, "start", prompt, prompt=prompt, got=got)
+            stopped = False
             for i in range(rnd.tokens):
                 if rnd.stop == i:
                     inflight = asyncio.get_running_loop().create_task(
@@ -374,10 +375,11 @@ class _Runner:
                         await asyncio.gather(inflight, return_exceptions=True)
                     if inflight.exception() is not None:
                         raise inflight.exception()  # type: ignore[misc]
+                    stopped = True
                     break
                 if not await self._request(sid, "next_token", prompt=prompt, got=got):
-                    break
-            else:
+                    break  # the coordinator gave up (beyond the budget): the user stops, and releases
+            if not stopped:
                 await self._request(sid, "release", prompt=prompt, got=got)
             await asyncio.sleep(rnd.pause)
 
@@ -495,6 +497,8 @@ class _Runner:
             if problem is not None:
                 self._fail("stream", f"session {sid!r} streamed {got}, not the fault-free stream: {problem}")
         self._check_budget(req, overlapping, faults)
+        if op == "release":
+            self.live.discard(sid)
         if op == "release" and req.outcome == "ok":
             self.released[sid] = req.returned
             held = self._held(sid, self._unreachable(sid, req.invoked, req.returned))
