@@ -358,7 +358,7 @@ def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
 
 def summary_table(result: CheckResult) -> str:
     """The campaign's results as a plain-text table."""
-    from fakeshard.testing._probes import SITUATIONS
+    from fakeshard.testing._probes import COORDINATOR_SITUATIONS, SITUATIONS
 
     header = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
     required = required_probes(result.longest)
@@ -368,7 +368,7 @@ def summary_table(result: CheckResult) -> str:
         faults = sorted(k.split(":", 1)[1] for k in probes if k.startswith("fault:"))
         codes = sorted(k.split(":", 1)[1] for k in probes if k.startswith("code:") and k != "code:ok")
         # A coordinator machine is held to its own situations, an engine machine to the probes.
-        own = SITUATIONS if m["machine"] == "concurrent" else required
+        own = {"concurrent": SITUATIONS, "coordinator": COORDINATOR_SITUATIONS}.get(m["machine"], required)
         reached = len([k for k in probes if k in own])
         outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
         rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{len(own)}",

@@ -95,6 +95,13 @@ SITUATIONS = tuple(
        "sim:release_raced_token", "sim:churn_mid_session", "sim:partition_healed", "sim:gave_up",
        "sim:in_flight:8", "sim:in_flight:32"])
 
+#: The situations the coordinator machine reports: each step kind, each call outcome a
+#: coordinator cannot prevent, a step with a failing call, a give-up.
+COORDINATOR_SITUATIONS = tuple(
+    [f"coordinator:{op}" for op in ("start", "next", "release", "crash")]
+    + [f"coordinator:call:{o}" for o in ("ok", "engine_crashed", "response_lost", "out_of_memory", "malformed_output")]
+    + ["coordinator:faulted_step", "coordinator:gave_up"])
+
 #: Probes reached in this process, with counts.
 reached: Counter[str] = Counter()
 
