@@ -67,7 +67,7 @@ from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._coordinator_machine import GIVE_UP_AFTER, call_budget
-from fakeshard.testing._lengths import MANY_HOPS, token_count, tokens_of
+from fakeshard.testing._lengths import MANY_HOPS, capped, token_count, tokens_of
 from fakeshard.testing._machines import now_and_then, seeded_runs, spread
 from fakeshard.testing._probes import SITUATIONS
 from fakeshard.testing._reference_coordinator import GaveUp
@@ -81,7 +81,7 @@ from fakeshard.testing._sim import (
     is_async_coordinator,
     new_loop,
 )
-from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
 
 __all__ = ["Client", "ConcurrentFailure", "Round", "Run", "SITUATIONS", "Scenario", "builds_async", "reduce",
            "replay_concurrent", "run_concurrent", "run_scenario", "scenarios"]
@@ -161,6 +161,11 @@ class Scenario:
             plans=tuple(wire.loads(json.dumps(p)) for p in d["plans"]),
             nemesis=tuple(Nemesis.from_dict(e) for e in d["nemesis"]))
 
+    @property
+    def engine_seed(self) -> int:
+        """The seed of the engines and the reference streams (0, 1 or 2, as the other machines')."""
+        return self.seed % 3
+
     def describe(self) -> str:
         requests = sum(r.tokens + 2 for c in self.clients for r in c.rounds)
         return (f"{len(self.clients)} clients ({requests} requests) over {self.stages} stages x {self.replicas} "
@@ -196,9 +201,7 @@ def scenarios(draw: st.DrawFn, max_clients: int = 64, longest: int = 8448, hidde
     for c in range(n_clients):
         rounds = []
         for _ in range(draw(st.integers(1, 3))):
-            prompt = draw(now_and_then(short, seeded_runs))
-            if isinstance(prompt, dict) and prompt["count"] > longest:
-                prompt = {**prompt, "count": longest}
+            prompt = capped(draw(now_and_then(short, seeded_runs)), longest)
             tokens = draw(st.integers(1, 6))
             stop = draw(now_and_then(st.none(), st.integers(0, tokens - 1), odds=3))
             rounds.append(Round(prompt, tokens, stop, draw(_ms(0, 60)) if stop is not None else 0.0,
@@ -287,7 +290,7 @@ class _Runner:
         self.spec = ShardSpec("concurrent-model", scenario.stages * LAYERS_PER_STAGE, 0,
                               scenario.stages * LAYERS_PER_STAGE, hidden_size=scenario.hidden_size, vocab_size=64)
         self.judge = Judge(factory, tolerance)
-        self.streams = ReferenceStreams(factory, self.spec, scenario.seed % 3)
+        self.streams = ReferenceStreams(factory, self.spec, scenario.engine_seed)
         self.run = Run()
         self.rids = itertools.count()
         self.open: dict[str, list[_Request]] = {}
@@ -303,7 +306,7 @@ class _Runner:
         self.fault_times: list[float] = []
         #: A broken rule seen in a callback (which must not raise), failed at the next check.
         self.pending_failure: Optional[tuple[str, str]] = None
-        self.max_in_flight = 0
+        self.in_flight = self.max_in_flight = 0
         #: Sessions started and not released: churn while one is, is churn mid-session.
         self.live: set[str] = set()
 
@@ -329,7 +332,7 @@ class _Runner:
     async def _main(self, loop: asyncio.AbstractEventLoop) -> None:
         sc = self.scenario
         self.world = World(loop, self.factory, self.spec, stages=sc.stages, replicas=sc.replicas,
-                           seed=sc.seed % 3, capacity=sc.capacity, plans=list(sc.plans))
+                           seed=sc.engine_seed, capacity=sc.capacity, plans=list(sc.plans))
         self.world.on_call = self._on_call
         self.coordinator = self.make(self.world.stages(), clock=LoopClock(loop))
         if not is_async_coordinator(self.coordinator):
@@ -388,7 +391,8 @@ class _Runner:
         loop = asyncio.get_running_loop()
         req = _Request(next(self.rids), sid, op, loop.time())
         self.open.setdefault(sid, []).append(req)
-        self.max_in_flight = max(self.max_in_flight, sum(len(v) for v in self.open.values()))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.world.record("invoke", request=req.rid, session=sid, op=op)
         try:
             result = await asyncio.wait_for(getattr(self.coordinator, op)(sid, *args), REQUEST_TIMEOUT)
@@ -410,6 +414,7 @@ class _Runner:
             req.outcome, req.error = "raised", f"{type(exc).__name__}: {exc}"
         req.returned = loop.time()
         self.open[sid].remove(req)
+        self.in_flight -= 1
         self.world.record("complete", request=req.rid, session=sid, op=op, outcome=req.outcome, token=req.token)
         self.done.setdefault(sid, []).append(req)
         self._judge(req, prompt, got)
@@ -493,7 +498,7 @@ class _Runner:
             self.run.answered += req.outcome == "ok"
         if op == "next_token" and req.outcome == "ok":
             got.append(req.token)  # type: ignore[arg-type]
-            problem = self.judge.stream_problem(self.spec, self.scenario.seed % 3, prompt, got, self.streams)
+            problem = self.judge.stream_problem(self.spec, self.scenario.engine_seed, prompt, got, self.streams)
             if problem is not None:
                 self._fail("stream", f"session {sid!r} streamed {got}, not the fault-free stream: {problem}")
         self._check_budget(req, overlapping, faults)
@@ -564,9 +569,9 @@ class _Runner:
         self._situations()
 
     def _situations(self) -> None:
-        reached, events = self.run.reached, self.world.events
-        for e in events:
-            if e["event"] == "nemesis" and "skipped" not in e:
+        reached, nemesis = self.run.reached, self.world.nemesis_log
+        for e in nemesis:
+            if "skipped" not in e:
                 reached[f"sim:nemesis:{e['kind']}"] += 1
         for k in (8, 32):
             if self.max_in_flight >= k:
@@ -581,7 +586,7 @@ class _Runner:
                 last[key] = c.node
         self.run.without_effect = self._without_effect()
         self.run.quiet_faults = self._quiet_faults()
-        healed = {e["node"]: e["t"] for e in events if e["event"] == "nemesis" and e["kind"] == "heal"}
+        healed = {e["node"]: e["t"] for e in nemesis if e["kind"] == "heal"}
         if any(c.node in healed and c.sent >= healed[c.node] and c.outcome == "ok" for c in self.world.calls):
             reached["sim:partition_healed"] += 1
 
@@ -589,7 +594,7 @@ class _Runner:
         """Nemesis events whose effect no node's log shows: a crash of a node no call then found
         down and that held nothing, a partition no call met, a join no call used."""
         quiet = []
-        events = [e for e in self.world.events if e["event"] == "nemesis" and "skipped" not in e]
+        events = [e for e in self.world.nemesis_log if "skipped" not in e]
         calls = self.world.calls
         for e in events:
             node, t = e["node"], e["t"]
@@ -801,7 +806,6 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
     from fakeshard.testing import _profiles as profiles
     from fakeshard.testing._draws import search_until_found
     from fakeshard.testing._lengths import longest_prompt
-    from fakeshard.testing._trace import stem
 
     settings = settings if settings is not None else Settings.default
     make, name = coordinator_of(config)
@@ -850,11 +854,9 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
     trace = make_trace(scenario, run, factory_name=config.factory_name, coordinator_name=name,
                        evidence_class=evidence if isinstance(evidence, str) else "fixture")
     message = f"concurrent run failed on {config.factory_name} with {name}: {run.failure}\n{scenario.describe()}"
-    if save_dir is not None:
-        path = trace.save(save_dir, stem(trace))
-        config.saved.append(str(path))
+    path = keep(trace, config, save_dir)
+    if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
-    config.failures.append(trace)
     config.last_failure = trace
     raise ConcurrentFailure(message, trace)
 

@@ -73,13 +73,12 @@ from fakeshard import (
 from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
-from fakeshard._pipeline import answer_problem
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._lengths import WIRE_HOPS, capped, longest_prompt, token_count, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
-from fakeshard.testing._sim import is_async_coordinator
+from fakeshard.testing._sim import breaks_contract, fault_count, fired_since, is_async_coordinator
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 __all__ = [
@@ -218,23 +217,18 @@ class Node:
     def _call(self, op: str, session_id: Any, epoch: Any, *args: Any) -> Any:
         started = self.log.clock.now()
         outcome = "error"
-        fired = len(getattr(self.engine, "fault_log", ()))
+        before = fault_count(self.engine)
         try:
             out = getattr(self.engine, op)(*args)
             outcome = "ok"
-            if op in ("prefill", "decode"):
-                request = args[0]
-                n = len(getattr(request, "tokens", ())) if hasattr(request, "tokens") else len(request.hidden)
-                if answer_problem(self.spec, request, n, out, last=self.spec.end_layer == self.spec.n_layers,
-                                  model=self.spec.with_layers(0, self.spec.n_layers)):
-                    outcome = "malformed_output"
+            if op in ("prefill", "decode") and breaks_contract(self.spec, args[0], out):
+                outcome = "malformed_output"
             return out
         except ShardError as exc:
             outcome = exc.code
             raise
         finally:
-            log = tuple(getattr(self.engine, "fault_log", ()))
-            probes.record([f"fault:{type(f.fault).__name__}" for f in log[fired:]])
+            probes.record([f"fault:{kind}" for kind in fired_since(self.engine, before)])
             self.log.record(self.index, op, session_id, epoch, outcome, self.log.clock.now() - started)
 
     def prefill(self, bundle: Any) -> Any:

@@ -51,7 +51,8 @@ from fakeshard.testing._draws import search_until_found
 from fakeshard.testing._lengths import EDGES, LONGEST, MANY_HOPS, longest_prompt
 from fakeshard.testing._linearizability import Op, Verdict, check, timeline
 from fakeshard.testing._machines import now_and_then
-from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, stem
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
+from fakeshard.testing.strategies import lengths
 
 CRASH_SESSION = "crash-now"
 SESSIONS = ("a", "b")
@@ -77,8 +78,6 @@ def token_at(session_id: str, pos: int) -> int:
 def prefill_lengths(longest: int = LONGEST) -> st.SearchStrategy[int]:
     """A prefill's positions: mostly one to three, one in eight at a length real engines
     break at (:func:`fakeshard.testing.strategies.lengths`), at most ``longest``."""
-    from fakeshard.testing.strategies import lengths
-
     return now_and_then(st.integers(1, 3), lengths(longest))
 
 
@@ -378,11 +377,9 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
         program, history, verdict = shrink(config.factory, spec, program, (history, verdict), sizes.repeats, tokens)
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"
-    if save_dir is not None:
-        path = trace.save(save_dir, stem(trace))
-        config.saved.append(str(path))
+    path = keep(trace, config, save_dir)
+    if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
-    config.failures.append(trace)
     raise NotLinearizable(message)
 
 

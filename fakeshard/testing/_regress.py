@@ -18,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import stable_draws
-from fakeshard.testing._trace import REGRESSIONS, Trace, stem
+from fakeshard.testing._trace import REGRESSIONS, Trace, keep
 
 
 @dataclass
@@ -200,10 +200,8 @@ def run_machine(
                 reduce_failure = profiles.reduces_failures()
             reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if reduce_failure \
                 else trace
-            config.failures.append(reduced)
-            if save_dir is not None:
-                path = reduced.save(Path(save_dir), stem(reduced))
-                config.saved.append(str(path))
+            path = keep(reduced, config, save_dir)
+            if path is not None:
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"fakeshard: reduced trace of {len(reduced.steps)} steps saved to {path}")
         raise

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from fakeshard import EngineCrashed, FaultPlan, ShardError, ShardSpec
+from fakeshard._clock import _check_seconds
 from fakeshard._pipeline import answer_problem
 
 __all__ = ["AsyncNode", "Call", "Deadlock", "LoopClock", "Nemesis", "SimNode", "VirtualTimeLoop", "World",
@@ -144,9 +145,7 @@ class _EngineClock:
         return self._loop.time() + self.slept
 
     def sleep(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError(f"cannot sleep {seconds!r} seconds")
-        self.slept += seconds
+        self.slept += _check_seconds(seconds)
 
     def take(self) -> float:
         slept, self.slept = self.slept, 0.0
@@ -414,13 +413,12 @@ class World:
     async def call(self, node: SimNode, op: str, args: tuple[Any, ...], session_id: Any, epoch: Any) -> Any:
         """Send ``op(*args)`` to ``node`` and wait for the answer (see the module's docstring)."""
         request = args[0] if op in ("prefill", "decode") else None
-        positions = _positions(request)
         entry = Call(len(self.calls), node.index, op, session_id, epoch,
-                     getattr(request, "start_pos", None), positions, sent=self.loop.time())
+                     getattr(request, "start_pos", None), _positions(request), sent=self.loop.time())
         self.calls.append(entry)
         self.by_session.setdefault(session_id, []).append(entry)
         answer: asyncio.Future[Any] = self.loop.create_future()
-        task = self.loop.create_task(self._deliver(node, op, args, request, positions, entry, answer))
+        task = self.loop.create_task(self._deliver(node, op, args, request, entry, answer))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         try:
@@ -429,7 +427,7 @@ class World:
             entry.abandoned = True  # the request still arrives: a cancelled await unsends nothing
             raise
 
-    async def _deliver(self, node: SimNode, op: str, args: tuple[Any, ...], request: Any, positions: int,
+    async def _deliver(self, node: SimNode, op: str, args: tuple[Any, ...], request: Any,
                        entry: Call, answer: asyncio.Future[Any]) -> None:
         await asyncio.sleep(self.hop())
         if node.removed or node.partition == "refuse":
@@ -450,16 +448,13 @@ class World:
             self._answer(entry, answer, "crashed_mid_call",
                          error=_down(entry, f"node {node.name} went down while the call waited on it"))
             return
-        log = getattr(node.engine, "fault_log", ())
-        before = len(log)
+        before = fault_count(node.engine)
         outcome, out, error = "ok", None, None
         seen = (entry.session_id, node.index)
         was_up = not getattr(node.engine, "crashed", False)
         try:
             out = getattr(node.engine, op)(*args)
-            if op in ("prefill", "decode") and answer_problem(
-                    node.spec, request, positions, out, last=node.spec.end_layer == node.spec.n_layers,
-                    model=node.spec.with_layers(0, node.spec.n_layers)):
+            if op in ("prefill", "decode") and breaks_contract(node.spec, request, out):
                 outcome = "malformed_output"
         except ShardError as exc:
             outcome, error = exc.code, exc
@@ -468,7 +463,7 @@ class World:
         if isinstance(entry.session_id, str):
             entry.after_wipe = self._seen.get(seen, node.wipes) != node.wipes
             self._seen[seen] = node.wipes
-        entry.fired = tuple(type(f.fault).__name__ for f in tuple(getattr(node.engine, "fault_log", ()))[before:])
+        entry.fired = fired_since(node.engine, before)
         held = entry.held = node.clock.take()
         lives = node.lives
         if held:
@@ -497,6 +492,23 @@ def _down(call: Call, why: str) -> EngineCrashed:
     """The error a call gets from a node it could not use, naming the call's session and epoch."""
     return EngineCrashed(f"{call.op}: {why}", session_id=call.session_id if isinstance(call.session_id, str) else None,
                          epoch=call.epoch if isinstance(call.epoch, int) else None)
+
+
+def fault_count(engine: Any) -> int:
+    """How many faults ``engine`` has fired so far (0 for an engine that keeps no ``fault_log``)."""
+    return len(getattr(engine, "fault_log", ()))
+
+
+def fired_since(engine: Any, before: int) -> tuple[str, ...]:
+    """The kinds of the faults ``engine`` fired after its first ``before``, in order."""
+    return tuple(type(f.fault).__name__ for f in getattr(engine, "fault_log", ())[before:])
+
+
+def breaks_contract(spec: ShardSpec, request: Any, out: Any) -> bool:
+    """Whether ``out``, a node of ``spec`` answering the prefill or decode ``request``, breaks the
+    contract (:func:`fakeshard._pipeline.answer_problem`, the model the whole of ``spec``'s)."""
+    return answer_problem(spec, request, _positions(request), out, last=spec.end_layer == spec.n_layers,
+                          model=spec.with_layers(0, spec.n_layers)) is not None
 
 
 def _positions(request: Any) -> int:

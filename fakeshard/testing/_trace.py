@@ -83,6 +83,17 @@ def hypothesis_version() -> str:
     return hypothesis.__version__
 
 
+def keep(trace: Trace, config: Any, save_dir: Optional[Path]) -> Optional[Path]:
+    """Record a failing run's ``trace`` on a machine ``config`` (its ``failures``, and its
+    ``saved`` when the trace is saved under ``save_dir``); the path saved to, or ``None``."""
+    config.failures.append(trace)
+    if save_dir is None:
+        return None
+    path = trace.save(Path(save_dir), stem(trace))
+    config.saved.append(str(path))
+    return path
+
+
 def stem(trace: Trace) -> str:
     """The file name (without ``.json``) a trace is saved under: its machine and a digest of
     its config and steps, so the same counterexample is saved once."""
