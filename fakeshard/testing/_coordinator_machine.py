@@ -496,7 +496,7 @@ class CoordinatorMachine(FinishingMachine):
     def setup(self, seed: int, capacity: Optional[int], plans: list[FaultPlan], wide: bool) -> None:
         self.crashes = 0
         config = self.config
-        hidden = config.wide_hidden_size if wide and config.wide_hidden_size else config.hidden_size
+        hidden = config.width(wide)
         #: The longest prompt a start sends: short at tight capacity; otherwise the factory's,
         #: and an eighth of the values one engine's step may carry (a failure replays the whole
         #: history on every stage).

@@ -80,6 +80,11 @@ class MachineConfig:
     coordinator: Optional[Callable[..., Any]] = None
     coordinator_name: str = "fakeshard.testing:reference"
 
+    def width(self, wide: bool) -> int:
+        """A run's hidden width: the real one (``wide_hidden_size``) when the run drew ``wide`` and
+        the factory takes one, else the machines' narrow one."""
+        return self.wide_hidden_size if wide and self.wide_hidden_size else self.hidden_size
+
     @classmethod
     def for_factory(cls, factory: Callable[..., Any], factory_name: str, **kw: Any) -> "MachineConfig":
         """A config with what the factory states: its ``tolerance`` and ``machine_hidden_size``."""
@@ -197,7 +202,7 @@ class _EngineMachine(RecordingMachine):
     machine_name = "engine"
 
     def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, wide: bool = False) -> None:
-        hidden = self.config.wide_hidden_size if wide and self.config.wide_hidden_size else self.config.hidden_size
+        hidden = self.config.width(wide)
         #: The longest prompt a step sends: the factory's, and a bounded number of values a step.
         self.longest = longest_prompt(self.config.max_positions, hidden)
         self.runner = EngineRunner(
