@@ -424,6 +424,7 @@ def _check_token(bundle: object, name: str, token: Any, spec: ShardSpec | None) 
 
 
 _PLAIN_NUMBERS = frozenset({float, int})
+_TUPLE = frozenset({tuple})
 
 
 def _is_number(value: object) -> bool:
@@ -455,6 +456,17 @@ def _check_hidden_rows(bundle: HiddenBundle, rows: Any, spec: ShardSpec | None) 
     if not isinstance(rows, tuple) or not rows:
         raise _fail(bundle, "hidden must be a non-empty sequence of rows")
     width = spec.hidden_size if spec is not None else None
+    # Fast path in C for the usual rows (tuples of plain numbers, one width, a finite sum: an inf
+    # or NaN never sums to a finite value); otherwise the loop decides, and names what is wrong.
+    first = rows[0]
+    expect = width if width is not None else (len(first) if isinstance(first, tuple) else 0)
+    if expect and set(map(type, rows)) <= _TUPLE and set(map(len, rows)) == {expect} \
+            and set(map(type, itertools.chain.from_iterable(rows))) <= _PLAIN_NUMBERS:
+        try:
+            if math.isfinite(sum(itertools.chain.from_iterable(rows))):
+                return
+        except OverflowError:  # an int too large for a float
+            pass
     for i, row in enumerate(rows):
         if not isinstance(row, tuple):
             raise _fail(bundle, f"hidden[{i}] must be a row of floats, got {type(row).__name__}")

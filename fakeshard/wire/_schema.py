@@ -7,6 +7,7 @@ from __future__ import annotations
 import binascii
 import dataclasses
 import functools
+import itertools
 import typing
 from typing import Any, Optional, Union
 
@@ -89,6 +90,7 @@ def _numbers(value: list[Any], item_type: type, path: str) -> tuple[Any, ...]:
 
 
 _ROWS = tuple[tuple[float, ...], ...]
+_LIST, _FLOAT = frozenset({list}), frozenset({float})
 
 
 def hidden_values(value: Any, path: str, payload: Optional[memoryview]) -> Any:
@@ -96,6 +98,10 @@ def hidden_values(value: Any, path: str, payload: Optional[memoryview]) -> Any:
     if isinstance(value, list):
         if payload is not None:
             raise Bad(f"{path} must be {{dtype, shape}} in a frame, got an array")
+        # The usual rows, lists of floats only, are read in C; anything else is read item by item
+        # by :func:`_check`, which names the item it refuses.
+        if set(map(type, value)) <= _LIST and set(map(type, itertools.chain.from_iterable(value))) <= _FLOAT:
+            return tuple(map(tuple, value))
         return _check(value, _ROWS, path)
     if not isinstance(value, dict):
         raise Bad(f"{path} must be an array of rows or an object, got {json_type(value)}")
