@@ -74,7 +74,7 @@ from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._lengths import WIRE_HOPS, capped, longest_prompt, token_count, tokens_of
+from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_count, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
@@ -498,10 +498,10 @@ class CoordinatorMachine(FinishingMachine):
         config = self.config
         hidden = config.width(wide)
         #: The longest prompt a start sends: short at tight capacity; otherwise the factory's,
-        #: and an eighth of the values one engine's step may carry (a failure replays the whole
+        #: and a quarter of the values one engine's step may carry (a failure replays the whole
         #: history on every stage).
         self.longest = (MAX_PROMPT if capacity is not None
-                        else longest_prompt(config.max_positions, hidden, share=WIRE_HOPS))
+                        else longest_prompt(config.max_positions, hidden, share=MANY_HOPS))
         self.runner = CoordinatorRunner(
             config.factory, factory_name=config.factory_name, coordinator=config.coordinator_name,
             coordinator_factory=config.coordinator, seed=seed, plans=plans, capacity=capacity,

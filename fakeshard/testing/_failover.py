@@ -32,8 +32,8 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._lengths import WIRE_HOPS, capped, longest_prompt, tokens_of
-from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs
+from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, tokens_of
+from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, wide
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
@@ -209,14 +209,15 @@ class FailoverMachine(FinishingMachine):
 
     machine_name = "failover"
 
-    @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES))
-    def setup(self, seed: int, plans: list[FaultPlan]) -> None:
-        #: The longest prompt a start sends: the factory's, and an eighth of the values a single
+    @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES), wide=wide)
+    def setup(self, seed: int, plans: list[FaultPlan], wide: bool) -> None:
+        hidden = self.config.width(wide)
+        #: The longest prompt a start sends: the factory's, and a quarter of the values a single
         #: engine's step may carry (every hop of this machine crosses the wire, each failure replays).
-        self.longest = longest_prompt(self.config.max_positions, self.config.hidden_size, share=WIRE_HOPS)
+        self.longest = longest_prompt(self.config.max_positions, hidden, share=MANY_HOPS)
         self.runner = FailoverRunner(self.config.factory, factory_name=self.config.factory_name,
                                      seed=seed, plans=plans, tolerance=self.config.tolerance,
-                                     hidden_size=self.config.hidden_size)
+                                     hidden_size=hidden)
 
     def _sessions(self, open_: bool) -> list[str]:
         sessions = self.runner.coordinator.sessions if self.runner is not None else {}

@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["BOUNDARIES", "EDGES", "LONGEST", "BIG_RESERVES", "MAX_VALUES_PER_STEP", "run_token", "tokens_of",
            "token_count", "compact", "length_of", "scrambled", "SPAN", "longest_of", "longest_prompt", "capped",
-           "MANY_HOPS", "WIRE_HOPS"]
+           "MANY_HOPS"]
 
 #: The powers of two the machines weight: 8 .. 32768.
 BOUNDARIES = tuple(2**k for k in range(3, 16))
@@ -37,13 +37,10 @@ BIG_RESERVES = (2**15, 2**16, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**63 - 1)
 MAX_VALUES_PER_STEP = 2**17 + 2**12
 
 #: The share of :data:`MAX_VALUES_PER_STEP` a prompt of the machines that send it through
-#: several engines (parallel, concurrent) may carry: at hidden width 4, prompts to 8,448
-#: positions, past the boundary 8,192 and its edges.
+#: several engines (failover, parallel, coordinator, concurrent) may carry: at hidden width 4,
+#: prompts to 8,448 positions, past the boundary 8,192 and its edges.  A failure replays the
+#: whole history on every stage, over the wire for failover.
 MANY_HOPS = 4
-#: The share for the machines whose every hop crosses the wire or whose every failure replays
-#: the whole history on every stage (failover, coordinator): prompts to 4,224 positions at
-#: width 4.  At :data:`MANY_HOPS` the ci campaign's failover machine took 62 s instead of 25 s.
-WIRE_HOPS = 8
 
 _MASK = 2**64 - 1
 
