@@ -124,7 +124,8 @@ class Verdict:
 
     linearizable: bool
     explored: int
-    #: Indices of the calls of the longest order found that explains its calls.
+    #: Indices of the calls of an order that explains them all (linearizable), or of the longest
+    #: order found that explains its calls (not linearizable).
     order: tuple[int, ...] = ()
     #: For each call that could go next after ``order``: (index, the model's outcome).
     stuck: tuple[tuple[int, Outcome], ...] = ()
@@ -147,7 +148,7 @@ def _check_part(ops: list[Op], capacity: Optional[int], token_of: Callable[[str,
     while stack:
         placed, state, order = stack.pop()
         if placed & required == required:
-            return Verdict(True, explored)
+            return Verdict(True, explored, tuple(ops[i].index for i in order))
         key = (placed, state)
         if key in seen:
             continue
@@ -181,6 +182,7 @@ def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, i
     for op in history:
         by_session.setdefault(op.call[1], []).append(op)
     rows = _sessions(initial)
+    order: tuple[int, ...] = ()
     for sid in sorted(by_session):
         start = _state(False, {sid: rows[sid]} if sid in rows else {})
         verdict = _check_part(by_session[sid], capacity, token_of, start)
@@ -188,7 +190,39 @@ def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, i
         if not verdict.linearizable:
             verdict.explored, verdict.part = explored, sid
             return verdict
-    return Verdict(True, explored)
+        order += verdict.order
+    return Verdict(True, explored, order)
+
+
+def states_along(history: list[Op], verdict: Verdict, capacity: Optional[int],
+                 token_of: Callable[[str, int], Optional[int]],
+                 initial: State = INITIAL) -> dict[int, tuple[State, State]]:
+    """The model's state before and after each call of ``verdict.order`` (by call index), the
+    calls applied in that order.  Where the check split the history by session, each session's
+    calls are applied from that session's own start, so a state shows that session alone."""
+    by_index = {op.index: op for op in history}
+    split = not (capacity is not None or any(op.call[0] in GLOBAL_OPS for op in history) or initial[0])
+    rows = _sessions(initial)
+    states: dict[str, State] = {}
+    out: dict[int, tuple[State, State]] = {}
+    for index in verdict.order:
+        op = by_index[index]
+        key = op.call[1] if split else ""
+        if key not in states:
+            states[key] = _state(False, {key: rows[key]} if key in rows else {}) if split else initial
+        before = states[key]
+        after, _ = step(before, op.call, capacity, token_of)
+        out[index] = (before, after)
+        states[key] = after
+    return out
+
+
+def state_dict(state: State) -> dict[str, Any]:
+    """A model state as a person reads it: whether the engine is crashed, and each session's
+    ``epoch``, ``status`` and ``cached`` tokens."""
+    return {"crashed": state[0],
+            "sessions": {sid: {"epoch": epoch, "status": status, "cached": cached}
+                         for sid, epoch, status, cached in state[1]}}
 
 
 def check_whole(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], Optional[int]],

@@ -49,11 +49,13 @@ def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, to
 
 
 def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
-           tolerance: float = 0.0, stop_at_failure: bool = True) -> ReplayResult:
+           tolerance: float = 0.0, stop_at_failure: bool = True,
+           observe: Optional[Callable[[int, Any], None]] = None) -> ReplayResult:
     """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged.
 
     A ``parallel`` trace runs its program again, several times, on fresh
-    engines; it fails when a history is not linearizable.
+    engines; it fails when a history is not linearizable.  ``observe(i, runner)``, if given, is
+    called before the first step (``i = 0``) and after each step ``i`` (a sequential trace only).
     """
     if trace.machine == "parallel":
         from fakeshard.testing._parallel import replay_parallel
@@ -65,6 +67,8 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
     first: Optional[int] = None
     message: Optional[str] = None
     error_type: Optional[str] = None
+    if observe is not None:
+        observe(0, runner)
     for i, step in enumerate(trace.steps, 1):
         try:
             runner.run(step)
@@ -73,6 +77,9 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
                 first, message, error_type = i, f"{type(exc).__name__}: {exc}", type(exc).__name__
             if stop_at_failure:
                 break
+        finally:
+            if observe is not None:
+                observe(i, runner)
     if first is None:
         try:
             runner.finish()

@@ -166,6 +166,8 @@ class Call:
     positions: int
     sent: float
     arrived: Optional[float] = None
+    #: When the node sent its answer back (``None``: it never did).
+    answered: Optional[float] = None
     done: Optional[float] = None
     #: ``ok``, an error code, ``malformed_output``, ``refused``, ``hung``, ``crashed_mid_call``;
     #: ``pending`` until known.  ``abandoned`` marks a call whose caller stopped waiting.
@@ -182,8 +184,8 @@ class Call:
     def to_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "node": self.node, "op": self.op, "session_id": self.session_id,
                 "epoch": self.epoch, "start_pos": self.start_pos, "positions": self.positions,
-                "sent": self.sent, "arrived": self.arrived, "done": self.done, "outcome": self.outcome,
-                "abandoned": self.abandoned, "fired": list(self.fired), "held": self.held,
+                "sent": self.sent, "arrived": self.arrived, "answered": self.answered, "done": self.done,
+                "outcome": self.outcome, "abandoned": self.abandoned, "fired": list(self.fired), "held": self.held,
                 "after_wipe": self.after_wipe}
 
 
@@ -472,6 +474,7 @@ class World:
             self._answer(entry, answer, "crashed_mid_call", error=_down(entry, f"node {node.name} went down before "
                                                                             "it answered"))
             return
+        entry.answered = self.loop.time()
         await asyncio.sleep(self.hop())
         self._answer(entry, answer, outcome, out=out, error=error)
 
