@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--engine", default=None, help="engine factory module:callable")
     replay.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
                         help="replay coordinator traces with this coordinator instead of the one they name")
+    replay.add_argument("--html", default=None, type=Path, metavar="OUT.html",
+                        help="also write the trace's timeline, one self-contained HTML page (one trace only)")
     serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
     serve.add_argument("topology", type=Path, metavar="TOPOLOGY.json")
     serve.add_argument("--host", default="127.0.0.1", help="address every listener binds (default 127.0.0.1)")
@@ -181,6 +183,8 @@ def _replay(args: argparse.Namespace) -> int:
             load_coordinator(args.coordinator)
         except CoordinatorError as exc:
             raise _Fail(str(exc)) from None
+    if args.html is not None and len(args.traces) != 1:
+        raise _Fail(f"--html writes one trace's timeline; {len(args.traces)} traces were given")
     traces = []
     for path in args.traces:
         try:
@@ -193,6 +197,15 @@ def _replay(args: argparse.Namespace) -> int:
         for _, trace in traces:
             if trace.machine == "coordinator":
                 trace.config["coordinator"] = args.coordinator
+    if args.html is not None:
+        from fakeshard.testing._view import history_of, write_html
+
+        path, trace = traces[0]
+        try:
+            written = write_html(history_of(trace, factory, name, getattr(factory, "tolerance", 0.0)), args.html)
+        except OSError as exc:
+            raise _Fail(f"cannot write {args.html}: {exc}") from None
+        sys.stderr.write(f"timeline of {path} written to {written}\n")
     status = 0
     for path, trace in traces:
         if trace.machine == "concurrent":

@@ -151,6 +151,9 @@ def test_check_and_replay_a_coordinator_from_the_wheel(venv, project):
     assert bad.returncode == 1 and "FAILED" in bad.stdout, bad.stdout + bad.stderr
     traces = sorted((project / ".fakeshard" / "traces").glob("coordinator-*.json"))
     assert traces, bad.stdout
+    # Beside each trace, its timeline: the page ships in the wheel, and it shows the node calls.
+    page = traces[0].with_suffix(".html").read_text(encoding="utf-8")
+    assert '"kind": "node"' in page and "was released, but node" in page
     again = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0])], cwd=project)
     assert again.returncode == 1 and "was released, but node" in again.stdout, again.stdout + again.stderr
     fixed = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0]), "--coordinator",
