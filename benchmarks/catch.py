@@ -10,12 +10,18 @@ baseline: what a full campaign costs on this machine, in this process).
 
     python3 benchmarks/catch.py            # every bug
     python3 benchmarks/catch.py leaky      # bugs whose name contains "leaky"
+    python3 benchmarks/catch.py --json evidence/DGR-032/catch.json   # and keep the figures
+
+The JSON file (``--json``) holds the command, the environment and each bug's figures; the
+evidence page (``python3 -m tools.evidence``) plots it.
 
 Goal (issue 9): every planted bug within 60 s on 2 cores, median <= 10 s.
 """
 
 from __future__ import annotations
 
+import json
+import platform
 import statistics
 import sys
 import time
@@ -63,7 +69,7 @@ def time_machine(machine: str, factory: object, name: str) -> tuple[float, bool,
     return time.perf_counter() - started, caught, config.runs
 
 
-def main(pattern: str = "") -> None:
+def main(pattern: str = "", json_out: str = "") -> None:
     cases = [(b.name, b.machine, b.factory) for b in BUGS]
     cases += [(name, "parallel", getattr(racy, name)) for name in racy.RACY]
     # A coordinator's trace names its factory in full: replay and reduction import it by name.
@@ -73,9 +79,12 @@ def main(pattern: str = "") -> None:
           f"reduction included), {len(cases)} planted bugs")
     print(f"{'bug':<30} {'machine':<11} {'runs':>5} {'seconds':>8}  result")
     times = []
+    kept = []
     for name, machine, factory in cases:
         seconds, caught, runs = time_machine(machine, factory, name)
         times.append(seconds)
+        kept.append({"bug": name.rpartition(":")[2], "machine": machine, "runs": runs,
+                     "seconds": round(seconds, 3), "caught": caught})
         verdict = "caught" if caught else "MISSED"
         print(f"{name.rpartition(':')[2]:<30} {machine:<11} {runs:>5} {seconds:>8.2f}  {verdict}")
     if times:
@@ -87,7 +96,20 @@ def main(pattern: str = "") -> None:
         seconds, caught, runs = time_machine(machine, reference_coordinator if reference else FakeShardEngine,
                                              REFERENCE if reference else "fakeshard:FakeShardEngine")
         print(f"  {machine:<11} {runs:>5} runs {seconds:>8.2f} s{'  FAILED' if caught else ''}")
+    if json_out:
+        Path(json_out).write_text(json.dumps({
+            "command": "python3 benchmarks/catch.py" + (f" {pattern}" if pattern else "") + f" --json {json_out}",
+            "python": platform.python_version(), "machine": platform.machine(),
+            "what": "seconds to the first failure under ci (no Hypothesis shrinking), per planted bug",
+            "bugs": kept}, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {json_out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "")
+    args = sys.argv[1:]
+    out = ""
+    if "--json" in args:
+        at = args.index("--json")
+        out = args[at + 1]
+        del args[at:at + 2]
+    main(args[0] if args else "", out)

@@ -356,25 +356,38 @@ def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
     }
 
 
-def summary_table(result: CheckResult) -> str:
-    """The campaign's results as a plain-text table."""
+#: The columns of the campaign's table (:func:`summary_rows`).
+SUMMARY_HEADER = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
+
+
+def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
+    """What a machine is counted against: a coordinator machine its own situations, an engine
+    machine the probes ``required``."""
     from fakeshard.testing._probes import COORDINATOR_SITUATIONS, SITUATIONS
 
-    header = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
+    return frozenset({"concurrent": SITUATIONS, "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
+
+
+def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
+    """The campaign's results, a row per machine (:data:`SUMMARY_HEADER`)."""
     required = required_probes(result.longest)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for m in result.machines:
         probes = Counter(m["probes"])
         faults = sorted(k.split(":", 1)[1] for k in probes if k.startswith("fault:"))
         codes = sorted(k.split(":", 1)[1] for k in probes if k.startswith("code:") and k != "code:ok")
-        # A coordinator machine is held to its own situations, an engine machine to the probes.
-        own = {"concurrent": SITUATIONS, "coordinator": COORDINATOR_SITUATIONS}.get(m["machine"], required)
+        own = own_probes(m["machine"], required)
         reached = len([k for k in probes if k in own])
         outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
         rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{len(own)}",
                      ", ".join(faults) or "-", ", ".join(codes) or "-", outcome))
+    return rows
+
+
+def summary_table(result: CheckResult) -> str:
+    """The campaign's results as a plain-text table."""
     notes = [f"{m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
-    return "\n".join([text_table(header, rows)] + notes)
+    return "\n".join([text_table(SUMMARY_HEADER, summary_rows(result))] + notes)
 
 
 def required_probes(longest: Optional[int] = None) -> frozenset[str]:

@@ -111,3 +111,41 @@ def test_a_committed_evidence_page_matches_the_code(folder):
     if known.returncode not in (0, 1):
         pytest.skip(f"no git history to look the commit up in: {known.stderr.decode()[:200]}")
     assert known.returncode == 0, f"{folder}'s evidence ran on {commit}, which is not in this history"
+
+
+def _page_result() -> CheckResult:
+    result = _result("fakeshard:FakeShardEngine", "fixture", ("sessions", "faults", "concurrent"))
+    result.machines[0]["probes"] = {"code:cache_miss": 3, "position:7": 1}
+    result.machines[1]["probes"] = {"fault:Crash": 4, "fault:Delay": 2, "code:engine_crashed": 4}
+    result.machines[2]["probes"] = {"sim:reroute": 2, "fault:Crash": 1}
+    return result
+
+
+def test_the_evidence_page_plots_the_run_from_its_figures(tmp_path):
+    import json
+    from xml.etree import ElementTree
+
+    from tools.evidence import render_page
+
+    coverage = tmp_path / "coverage.json"
+    coverage.write_text(json.dumps({"files": {
+        "/x/fakeshard/_engine.py": {"summary": {"num_branches": 40, "covered_branches": 30}},
+        "/x/fakeshard/_clock.py": {"summary": {"num_branches": 0, "covered_branches": 0}}}}))
+    catch = tmp_path / "catch.json"
+    catch.write_text(json.dumps({"command": "python3 benchmarks/catch.py --json c.json", "python": "3.11",
+                                 "machine": "x86_64", "what": "seconds to the first failure",
+                                 "bugs": [{"bug": "leaky", "machine": "sessions", "runs": 3, "seconds": 1.5,
+                                           "caught": True},
+                                          {"bug": "late", "machine": "faults", "runs": 9, "seconds": 4.0,
+                                           "caught": False}]}))
+    page = render_page(_page_result(), root=ROOT, argv=["--profile", "ci"], coverage_json=coverage, catch_json=catch)
+    charts = {m.group(1): m.group(0) for m in re.finditer(r'<svg [^>]*id="([a-z-]+)".*?</svg>', page, re.S)}
+    assert set(charts) == {"probes-chart", "faults-chart", "coverage-chart", "catch-chart"}
+    bars = {k: [g.find("{http://www.w3.org/2000/svg}title").text for g in ElementTree.fromstring(v).iter("{http://www.w3.org/2000/svg}g")]
+            for k, v in charts.items()}
+    assert bars["faults-chart"] == ["Crash: 5", "Delay: 2"]  # summed over machines
+    assert bars["coverage-chart"] == ["_engine.py: 75.0%"]  # a module without branches is not plotted
+    assert bars["catch-chart"] == ["leaky: 1.50 s", "late: 4.00 s"]
+    assert 'class="bar bad"' in charts["catch-chart"]  # the missed bug stands out
+    assert "python3 -m tools.evidence --profile ci" in page and "<script" not in page
+    assert page.count("<tr>") == 1 + 3  # the header and a row per machine

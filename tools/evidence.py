@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from fakeshard._check import CheckOptions, CheckResult, run_check, work_dir
 from planted.engines import BUGS
 
-__all__ = ["EVIDENCE_ROOT", "write_evidence"]
+__all__ = ["EVIDENCE_ROOT", "render_page", "write_evidence"]
 
 _PACKAGES = ("fakeshard", "hypothesis", "pytest", "pytest-xdist", "coverage", "dataclasses-json")
 _REAL_PACKAGES = ("numpy", "gguf")
@@ -106,6 +106,9 @@ def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: 
                   suite=(suite_cmd, suite_rc, suite_line))
     (dest / "README.md").write_text(text, encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
+    (dest / "index.html").write_text(render_page(result, root=root, argv=argv or sys.argv[1:],
+                                                 coverage_json=dest / "coverage.json"), encoding="utf-8")
+    sys.stdout.write(f"wrote {dest / 'index.html'}\n")
     # A suite not run (no checkout) is said so in the text; it does not fail what did run.
     ok = not result.failed and result.coverage_ok and suite_rc in (0, NOT_RUN) and not result.missing_probes \
         and result.probes_ok
@@ -122,6 +125,66 @@ def _write_coordinator_evidence(options: CheckOptions, *, root: Path, dest: Opti
     (dest / "README.md").write_text(render_coordinator(result, root=root, argv=argv), encoding="utf-8")
     sys.stdout.write(f"wrote {dest / 'README.md'}\n")
     return 0 if not result.failed and result.machines else 1
+
+
+def render_page(result: CheckResult, *, root: Path, argv: list[str], coverage_json: Optional[Path] = None,
+                catch_json: Optional[Path] = None) -> str:
+    """The evidence folder's ``index.html``, from the run just made: its table, probes reached per
+    machine, faults fired by kind, branch coverage per module, and the planted bugs' catch times
+    (``evidence/DGR-032/catch.json``, written by ``benchmarks/catch.py --json``).  Jinja2 renders
+    ``tools/templates/evidence.html.j2``, charts included (SVG bars, no script, no network)."""
+    import json
+    import statistics
+    from collections import Counter
+
+    import jinja2
+
+    from fakeshard._check import SUMMARY_HEADER, own_probes, required_probes, summary_rows
+
+    required = required_probes(result.longest)
+    probes: list[dict[str, object]] = []
+    faults: Counter[str] = Counter()
+    for m in result.machines:
+        reached = Counter(m["probes"])
+        own = own_probes(m["machine"], required)
+        got = len([k for k in reached if k in own])
+        probes.append({"label": m["machine"], "value": got, "text": f"{got}/{len(own)}"})
+        faults.update({k.split(":", 1)[1]: n for k, n in reached.items() if k.startswith("fault:")})
+    coverage = []
+    if coverage_json is not None and coverage_json.exists():
+        files = json.loads(coverage_json.read_text(encoding="utf-8"))["files"]
+        for name, f in sorted(files.items()):
+            branches = f["summary"]["num_branches"]
+            if branches:
+                short = name.split("fakeshard/", 1)[-1]
+                percent = 100.0 * f["summary"]["covered_branches"] / branches
+                coverage.append({"label": short, "value": round(percent, 1),
+                                 "text": f"{percent:.1f}", "bad": percent < 50})
+    catch_json = catch_json if catch_json is not None else root / EVIDENCE_ROOT / "catch.json"
+    catch = None
+    if catch_json.exists():
+        data = json.loads(catch_json.read_text(encoding="utf-8"))
+        seconds = [b["seconds"] for b in data["bugs"]]
+        catch = {**data, "median": statistics.median(seconds) if seconds else 0.0,
+                 "slowest": max(seconds, default=0.0),
+                 "rows": [{"label": b["bug"], "value": b["seconds"], "text": f"{b['seconds']:.2f}",
+                           "bad": not b["caught"]} for b in data["bugs"]]}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    fixture = result.evidence_class == "fixture"
+    return env.get_template("evidence.html.j2").render(
+        evidence_class=result.evidence_class,
+        claim=("Fixture evidence: what the contract's behaviour is and that the fixture keeps it, "
+               "not that any real model engine does." if fixture else
+               "Real-model evidence: the machines ran against an engine that runs real model weights."),
+        command="python3 -m tools.evidence " + shlex.join(argv), returncode=result.returncode,
+        elapsed=result.elapsed, commit=git(root, "rev-parse", "HEAD") or "unknown",
+        python=platform.python_version(), machine=platform.machine(),
+        table={"header": SUMMARY_HEADER, "rows": summary_rows(result)},
+        required=len(required), probes=probes,
+        faults=[{"label": k, "value": n} for k, n in sorted(faults.items())],
+        coverage=coverage, coverage_total=f"{result.coverage.get('branch_percent', 0):.1f}% of branches",
+        catch=catch)
 
 
 def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> str:
