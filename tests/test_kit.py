@@ -154,6 +154,7 @@ def test_check_and_replay_a_coordinator_from_the_wheel(venv, project):
     # Beside each trace, its timeline: the page ships in the wheel, and it shows the node calls.
     page = traces[0].with_suffix(".html").read_text(encoding="utf-8")
     assert '"kind": "node"' in page and "was released, but node" in page
+    assert '<svg xmlns="http://www.w3.org/2000/svg" id="messages"' in page  # the coordinator's traffic
     again = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0])], cwd=project)
     assert again.returncode == 1 and "was released, but node" in again.stdout, again.stdout + again.stderr
     fixed = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0]), "--coordinator",

@@ -13,8 +13,9 @@ data inline, that needs no network.  The history's fields are written down in
 Sequential traces (``sessions``, ``faults``, ``surface``, ``failover``, ``coordinator``) are
 replayed to read the reference model's state before and after each step; a step is one unit
 of time.  ``parallel`` histories are in ticks of the machine's shared counter, ``concurrent``
-ones in virtual seconds.  :func:`message_diagram` draws a coordinator trace's traffic as a
-Lamport diagram (SVG, built with :mod:`xml.etree.ElementTree`).
+ones in virtual seconds.  :func:`message_diagram` draws a coordinator trace's traffic (the
+``concurrent`` machine's, on its virtual clock; the ``coordinator`` machine's, one call at a
+time within each step) as a Lamport diagram (SVG, built with :mod:`xml.etree.ElementTree`).
 """
 
 from __future__ import annotations
@@ -59,16 +60,22 @@ class _Builder:
 
     def call(self, track: int, start: float, end: Optional[float], label: str, outcome: Optional[str],
              details: dict[str, Any], before: Any = None, after: Any = None) -> int:
-        self.data["calls"].append({"track": track, "start": start, "end": end, "label": label,
+        self.data["calls"].append({"track": track, "start": _moment(start), "end": _moment(end), "label": label,
                                    "outcome": _kind(outcome), "code": outcome or "ambiguous",
                                    "details": details, "before": before, "after": after})
         return len(self.data["calls"]) - 1
 
     def mark(self, t: float, kind: str, label: str, track: Optional[int] = None) -> None:
-        self.data["marks"].append({"t": t, "kind": kind, "label": label, "track": track})
+        self.data["marks"].append({"t": _moment(t), "kind": kind, "label": label, "track": track})
 
     def fail(self, message: str, t: Optional[float], call: Optional[int], check: str) -> None:
-        self.data["failure"] = {"message": message, "t": t, "call": call, "check": check}
+        self.data["failure"] = {"message": message, "t": _moment(t), "call": call, "check": check}
+
+
+def _moment(t: Any) -> Any:
+    """A moment as the page shows it: to the microsecond (a virtual clock's sums of rounded hops
+    carry float noise, 0.080915999999 for 0.080916); steps and ticks are left as they are."""
+    return round(t, 6) if isinstance(t, float) else t
 
 
 def _short(value: Any) -> Any:
@@ -152,11 +159,21 @@ def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, to
             if sid in epochs and got["epoch"] != epochs[sid]:
                 builder.mark(i + 0.5, "epoch", f"session {sid}: epoch {epochs[sid]} -> {got['epoch']}", track)
             epochs[sid] = got["epoch"]
+    messages = []
     for i, calls in enumerate(node_calls):  # the coordinator machine: each step's engine calls
         for j, (node, op, sid, epoch, outcome) in enumerate(calls):
             width = 1 / max(1, len(calls))
-            builder.call(builder.track("node", str(node)), i + j * width, i + (j + 1) * width, f"{op} {sid}",
+            start, end = i + j * width, i + (j + 1) * width
+            builder.call(builder.track("node", str(node)), start, end, f"{op} {sid}",
                          outcome, {"step": i + 1, "node": node, "op": op, "session": sid, "epoch": epoch})
+            # One call at a time: the request leaves as the call starts, its answer is back as it ends.
+            middle = round((start + end) / 2, 6)
+            messages.append({"from": "coordinator", "to": f"node {node}", "sent": round(start, 6),
+                             "received": middle, "label": f"{op} {sid}@{epoch}"})
+            messages.append({"from": f"node {node}", "to": "coordinator", "sent": middle,
+                             "received": round(end, 6), "label": outcome})
+    if messages:
+        builder.data["messages"] = messages
     before = None
     for i, calls in enumerate(pipeline_calls):  # failover: the reference coordinator's attempts
         for j, (op, sid, epoch, pos, out) in enumerate(calls):
@@ -293,9 +310,20 @@ def history_of(trace: Trace, factory: Callable[..., Any], factory_name: str,
         _sequential(trace, factory, factory_name, tolerance, builder)
     calls = builder.data["calls"]
     ends = [c["end"] if c["end"] is not None else c["start"] for c in calls] + [m["t"] for m in builder.data["marks"]]
-    builder.data.setdefault("end", max(ends, default=1))
-    builder.data["end"] = max(builder.data["end"], max(ends, default=1), 1)
+    last = max([builder.data.get("end", 0)] + ends)
+    builder.data["end"] = last if last > 0 else 1  # a history all at one moment still has a width
+    builder.data["state_note"] = STATE_NOTES.get(trace.machine, "")
     return builder.data
+
+
+#: Why a kind of history shows no model state around some calls.
+STATE_NOTES = {
+    "concurrent": "the concurrent machine keeps no sequential model: its checks compare each session's "
+                  "tokens with the fault-free stream and read the nodes' call logs",
+    "coordinator": "a node call's state is not read: the step's state is what every node holds after it",
+    "failover": "a route attempt's state is not read: the step's state is the reference coordinator's",
+    "parallel": "a call outside the order the checker found has no state of its own",
+}
 
 
 def _page() -> str:
