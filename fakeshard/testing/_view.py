@@ -384,4 +384,3 @@ def message_diagram(messages: list[dict[str, Any]], limit: int = 400) -> str:
         ET.SubElement(svg, "text", {"x": "10", "y": str(height - 2)}).text = \
             f"the first {limit} of {len(messages)} messages"
     return ET.tostring(svg, encoding="unicode")
-
