@@ -290,7 +290,9 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         f"# Evidence: DGR-032 state-machine campaign, {result.evidence_class}",
         "",
         "Written by `python3 -m tools.evidence` from the run it just made; regenerating it changes "
-        "only the times.",
+        "only the times. The same run is drawn in `index.html` beside this file (its table, probes "
+        "per machine, faults fired by kind, coverage per module, and the planted bugs' catch times "
+        "from `../catch.json`).",
         "",
         "## Evidence class",
         "",
