@@ -171,11 +171,21 @@ def _check_part(ops: list[Op], capacity: Optional[int], token_of: Callable[[str,
     return Verdict(False, explored, tuple(ops[i].index for i in order), stuck)
 
 
+def _coupled(history: list[Op], capacity: Optional[int], initial: State) -> bool:
+    """Whether something couples the sessions (a capacity, a whole-engine call, a crashed
+    start), so that the history is checked as one instead of split by session."""
+    return capacity is not None or any(op.call[0] in GLOBAL_OPS for op in history) or initial[0]
+
+
+def _session_start(rows: dict[str, tuple[int, str, int]], sid: str) -> State:
+    """The state one session's part of a split history starts from: its own row, if any."""
+    return _state(False, {sid: rows[sid]} if sid in rows else {})
+
+
 def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, int], Optional[int]],
           initial: State = INITIAL) -> Verdict:
     """Whether ``history`` is linearizable; split by session where nothing couples them."""
-    coupled = capacity is not None or any(op.call[0] in GLOBAL_OPS for op in history) or initial[0]
-    if coupled:
+    if _coupled(history, capacity, initial):
         return check_whole(history, capacity, token_of, initial)
     explored = 0
     by_session: dict[str, list[Op]] = {}
@@ -184,8 +194,7 @@ def check(history: list[Op], capacity: Optional[int], token_of: Callable[[str, i
     rows = _sessions(initial)
     order: tuple[int, ...] = ()
     for sid in sorted(by_session):
-        start = _state(False, {sid: rows[sid]} if sid in rows else {})
-        verdict = _check_part(by_session[sid], capacity, token_of, start)
+        verdict = _check_part(by_session[sid], capacity, token_of, _session_start(rows, sid))
         explored += verdict.explored
         if not verdict.linearizable:
             verdict.explored, verdict.part = explored, sid
@@ -201,7 +210,7 @@ def states_along(history: list[Op], verdict: Verdict, capacity: Optional[int],
     calls applied in that order.  Where the check split the history by session, each session's
     calls are applied from that session's own start, so a state shows that session alone."""
     by_index = {op.index: op for op in history}
-    split = not (capacity is not None or any(op.call[0] in GLOBAL_OPS for op in history) or initial[0])
+    split = not _coupled(history, capacity, initial)
     rows = _sessions(initial)
     states: dict[str, State] = {}
     out: dict[int, tuple[State, State]] = {}
@@ -209,7 +218,7 @@ def states_along(history: list[Op], verdict: Verdict, capacity: Optional[int],
         op = by_index[index]
         key = op.call[1] if split else ""
         if key not in states:
-            states[key] = _state(False, {key: rows[key]} if key in rows else {}) if split else initial
+            states[key] = _session_start(rows, key) if split else initial
         before = states[key]
         after, _ = step(before, op.call, capacity, token_of)
         out[index] = (before, after)

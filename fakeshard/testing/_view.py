@@ -80,32 +80,33 @@ def _moment(t: Any) -> Any:
 
 def _short(value: Any) -> Any:
     """A step's field as a tooltip shows it: long token lists and seeded runs compacted."""
-    if isinstance(value, (list, dict)) and (isinstance(value, dict) and set(value) == {"count", "seed"}
-                                            or isinstance(value, list) and len(value) > 8
-                                            and all(isinstance(v, int) for v in value)):
-        return compact(value)
-    return value
+    seeded = isinstance(value, dict) and set(value) == {"count", "seed"}
+    long_tokens = isinstance(value, list) and len(value) > 8 and all(isinstance(v, int) for v in value)
+    return compact(value) if seeded or long_tokens else value
 
 
 # -- sequential machines --------------------------------------------------------------------------
 
+def _row(view: Optional[tuple[int, str, int]]) -> Optional[dict[str, Any]]:
+    """A session view as the contract reads it (``view_state``'s ``(epoch, status, cached)``), named."""
+    return None if view is None else dict(zip(("epoch", "status", "cached"), view))
+
+
 def _engine_state(runner: Any) -> dict[str, Any]:
     """What a sequential runner's world holds: the reference model (engine machines), or the
     coordinator's sessions (failover), or what each node holds (coordinator machine)."""
+    from fakeshard.testing._runner import view_state
+
     model = getattr(runner, "model", None)
     if model is not None:
         return {"crashed": model.crashed, "used": model.used,
-                "sessions": {sid: dict(zip(("epoch", "status", "cached"), model.view(sid)))
-                             for sid in sorted(model.sessions)}}
+                "sessions": {sid: _row(model.view(sid)) for sid in sorted(model.sessions)}}
     nodes = getattr(runner, "nodes", None)
     if nodes is not None:  # the coordinator machine: the coordinator under test is opaque
         held: dict[str, Any] = {}
         for node in nodes:
-            views = {}
-            for sid in sorted(getattr(runner, "sessions", {})):
-                view = node.engine.session(sid)
-                if view is not None:
-                    views[sid] = {"epoch": view.epoch, "status": view.status, "cached": view.cached_tokens}
+            views = {sid: _row(view_state(node.engine.session(sid))) for sid in sorted(getattr(runner, "sessions", {}))}
+            views = {sid: row for sid, row in views.items() if row is not None}
             if views:
                 held[f"node {node.index}"] = views
         return {"nodes hold": held}
@@ -122,17 +123,18 @@ def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, to
     states: list[dict[str, Any]] = []
     node_calls: list[list[tuple[Any, ...]]] = []
     pipeline_calls: list[list[tuple[Any, ...]]] = []
-    seen = [0]
+    seen = 0
 
     def observe(i: int, runner: Any) -> None:
+        nonlocal seen
         states.append(_engine_state(runner))
         log = getattr(runner, "log", None)
         if i > 0 and log is not None and hasattr(log, "current"):
             node_calls.append(list(log.current))
         coordinator = getattr(runner, "coordinator", None)
         if i > 0 and coordinator is not None and hasattr(coordinator, "calls") and log is None:
-            pipeline_calls.append(list(coordinator.calls[seen[0]:]))
-            seen[0] = len(coordinator.calls)
+            pipeline_calls.append(list(coordinator.calls[seen:]))
+            seen = len(coordinator.calls)
 
     result = replay(trace, factory, factory_name, tolerance=tolerance, stop_at_failure=False, observe=observe)
     steps, expected, actual = result.trace.steps, result.trace.expected, result.trace.actual
@@ -161,9 +163,7 @@ def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, to
             epochs[sid] = got["epoch"]
     messages = []
     for i, calls in enumerate(node_calls):  # the coordinator machine: each step's engine calls
-        for j, (node, op, sid, epoch, outcome) in enumerate(calls):
-            width = 1 / max(1, len(calls))
-            start, end = i + j * width, i + (j + 1) * width
+        for (node, op, sid, epoch, outcome), (start, end) in zip(calls, _slots(i, len(calls))):
             builder.call(builder.track("node", str(node)), start, end, f"{op} {sid}",
                          outcome, {"step": i + 1, "node": node, "op": op, "session": sid, "epoch": epoch})
             # One call at a time: the request leaves as the call starts, its answer is back as it ends.
@@ -174,21 +174,25 @@ def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, to
                              "received": round(end, 6), "label": outcome})
     if messages:
         builder.data["messages"] = messages
-    before = None
     for i, calls in enumerate(pipeline_calls):  # failover: the reference coordinator's attempts
-        for j, (op, sid, epoch, pos, out) in enumerate(calls):
-            width = 1 / max(1, len(calls))
+        for (op, sid, epoch, pos, out), (start, end) in zip(calls, _slots(i, len(calls))):
             code = getattr(out, "code", "ok")
-            builder.call(builder.track("pipeline", "route"), i + j * width, i + (j + 1) * width,
+            builder.call(builder.track("pipeline", "route"), start, end,
                          f"{op} {sid}", code, {"step": i + 1, "op": op, "session": sid, "epoch": epoch,
                                                 "position": pos, "answer": str(out) if code != "ok" else
                                                 getattr(out, "token", None)})
-        after = states[i + 1].get("reroutes") if i + 1 < len(states) else None
-        if before is not None and after is not None and after > before:
-            builder.mark(i + 0.5, "reroute", f"re-routed on step {i + 1} ({after - before})")
-        before = after
+        if i + 1 < len(states):  # the step's re-routes: the reference coordinator's count, before and after
+            more = states[i + 1]["reroutes"] - states[i]["reroutes"]
+            if more > 0:
+                builder.mark(i + 0.5, "reroute", f"re-routed on step {i + 1} ({more})")
     if result.failed and builder.data["failure"] is None:
         builder.fail(result.message or "failed", len(steps), None, result.error_type or "finish")
+
+
+def _slots(step: int, n: int) -> list[tuple[float, float]]:
+    """Where the ``n`` calls a step made sit within it, one after the other: ``[step, step + 1)``
+    cut in ``n`` equal parts."""
+    return [(step + j / n, step + (j + 1) / n) for j in range(n)]
 
 
 # -- the parallel machine -------------------------------------------------------------------------
