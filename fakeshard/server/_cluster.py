@@ -14,6 +14,7 @@ from fakeshard._errors import MalformedBundle
 from fakeshard._factory import EngineFactory
 from fakeshard._faults import FaultPlan
 from fakeshard._topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
+from fakeshard.server._calls import CallLog
 from fakeshard.server._http import (
     MAX_BODY_BYTES,
     OK,
@@ -37,6 +38,8 @@ class ServedCluster:
         self.factory, self.factory_name = factory, factory_name
         self.host, self.time_scale = host, float(time_scale)
         self.nodes: dict[str, ServedNode] = {}
+        #: Every call the nodes were sent (``GET /v1/calls``).
+        self.calls = CallLog()
         self.stopped = asyncio.Event()
         self._control: Optional[web.AppRunner] = None
         self.control_port = 0
@@ -61,7 +64,7 @@ class ServedCluster:
         clock = clock if clock is not None else VirtualClock()
         engine = self.factory(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
         node = ServedNode(name, engine, clock=clock, host=self.host, port=port,
-                          time_scale=self.time_scale if time_scale is None else time_scale)
+                          time_scale=self.time_scale if time_scale is None else time_scale, calls=self.calls)
         await node.start()
         self.nodes[name] = node
         return node
@@ -94,6 +97,8 @@ class ServedCluster:
         r.add_post("/v1/nodes/{name}/partition", self._partition)
         r.add_delete("/v1/nodes/{name}/partition", self._heal)
         r.add_get("/v1/nodes/{name}/log", self._log)
+        r.add_get("/v1/nodes/{name}/calls", self._node_calls)
+        r.add_get("/v1/calls", self._calls)
         r.add_post("/v1/shutdown", self._shutdown)
         self._control = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=3600)
         await self._control.setup()
@@ -209,6 +214,22 @@ class ServedCluster:
     async def _log(self, request: web.Request) -> web.Response:
         entries = await self.node(request.match_info["name"]).admin("log")
         return json_response({"kind": "fault_log", "contract": CONTRACT_VERSION, "fired": entries})
+
+    @staticmethod
+    def _since(request: web.Request) -> int:
+        text = request.query.get("since", "0")
+        if not text.isdigit() or not text.isascii():
+            raise HTTPError("bad_request", f"since must be a call's number (an integer >= 0), got {text!r}")
+        return int(text)
+
+    async def _calls(self, request: web.Request) -> web.Response:
+        return json_response({**self.calls.since(self._since(request)), "contract": CONTRACT_VERSION})
+
+    async def _node_calls(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.node(name)
+        return json_response({**self.calls.since(self._since(request), name), "contract": CONTRACT_VERSION,
+                              "node": name})
 
     async def _shutdown(self, request: web.Request) -> web.Response:
         self.stopped.set()

@@ -17,6 +17,7 @@ from fakeshard import wire
 from fakeshard._clock import Clock
 from fakeshard._contract import CONTRACT_VERSION
 from fakeshard._errors import MalformedBundle, ResponseLost, ShardError
+from fakeshard.server._calls import LOGGED_OPS, CallLog, describe
 from fakeshard.server._http import (
     DELAY_HEADER,
     HEAVY_BYTES,
@@ -50,13 +51,20 @@ class ServedNode:
     """One engine on its own listener."""
 
     def __init__(self, name: str, engine: Any, *, clock: Clock, time_scale: float, host: str,
-                 port: int) -> None:
+                 port: int, calls: Optional[CallLog] = None) -> None:
         self.name, self.engine, self.clock = name, engine, clock
+        #: Where the node logs every call it is sent (the cluster's log, shared by its nodes).
+        self.calls = calls if calls is not None else CallLog()
+        #: Goes up whenever the engine loses its memory (a crash, a restart).
+        self.wipes = 0
+        #: Session id -> ``wipes`` when the session's last call here was applied.
+        self._seen: dict[str, int] = {}
         self.time_scale = time_scale
         self.host, self.port = host, port
         self.partition: Optional[str] = None
         self._healed = asyncio.Event()
         self._healed.set()
+        self._closing = asyncio.Event()
         self._calls = asyncio.Lock()  # one engine call at a time
         self._always_worker = getattr(engine, "evidence_class", "") == "real-model"
         self._transports: "weakref.WeakSet[asyncio.BaseTransport]" = weakref.WeakSet()
@@ -89,6 +97,7 @@ class ServedNode:
 
     async def close(self) -> None:
         self._healed.set()
+        self._closing.set()
         self._drop_connections()
         await self._runner.cleanup()
         self._executor.shutdown(wait=False)
@@ -130,8 +139,13 @@ class ServedNode:
         if request.transport is not None:
             self._transports.add(request.transport)
         if not self._healed.is_set():
-            await self._healed.wait()
-            # The request was lost in the partition: it is never applied nor answered.
+            op = request.path.rsplit("/", 1)[-1]
+            if request.path == f"/v1/{op}" and op in LOGGED_OPS:  # logged as it arrives: swallowed
+                self.calls.end(self._begin(op, await request.read(), request), "hung")
+            # The request was lost in the partition: it is never applied nor answered, not even
+            # after the partition heals (a half-open connection: only the caller's timeout ends
+            # the wait); its connection is closed when the node stops.
+            await self._closing.wait()
             self._abort(request, reset=False)
             return dropped()
         return await handler(request)
@@ -151,32 +165,75 @@ class ServedNode:
 
     # -- engine calls --------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., Any], *args: Any, heavy: bool = False
-                   ) -> tuple[Any, Optional[ShardError], float]:
+    async def _run(self, fn: Callable[..., Any], *args: Any, heavy: bool = False,
+                   entry: Optional[dict[str, Any]] = None) -> tuple[Any, Optional[ShardError], float]:
         """``fn(*args)`` alone on the engine: (result, error, virtual seconds it took).
 
         The call's ``Delay`` is slept after the node's lock is released, so
-        it holds up no other call.
+        it holds up no other call.  ``entry``, the call's log entry, is filled in as
+        the call is applied (before any delay).
         """
         def call() -> tuple[Any, Optional[ShardError], float]:
             before = self.clock.now()
+            was_up = not getattr(self.engine, "crashed", False)
             try:
                 return fn(*args), None, self.clock.now() - before
             except ShardError as err:
                 return None, err, self.clock.now() - before
+            finally:
+                if was_up and getattr(self.engine, "crashed", False):
+                    self.wipes += 1  # taken down by its own fault plan
         async with self._calls:
+            fired = self._fault_count()
             if heavy or self._always_worker:
                 result, error, took = await asyncio.get_running_loop().run_in_executor(self._executor, call)
             else:
                 result, error, took = call()
+            if entry is not None:
+                self._applied(entry, fired)
         if took > 0 and self.time_scale > 0:
             await asyncio.sleep(took * self.time_scale)
         return result, error, took
 
+    def _begin(self, op: str, body: bytes, request: web.Request) -> dict[str, Any]:
+        """A log entry for a call that is not read any further (it hangs in a partition)."""
+        if op in ("prefill", "decode"):
+            try:
+                bundle = wire.loads_unchecked(body, frame=media_type(request) == wire.FRAME_CONTENT_TYPE,
+                                              max_bytes=MAX_BODY_BYTES)
+            except MalformedBundle:
+                bundle = None
+            return self.calls.begin(self.name, op, *describe(op, bundle))
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            data = None
+        data = data if isinstance(data, dict) else {}
+        return self.calls.begin(self.name, op, data.get("session_id"), data.get("epoch"))
+
+    def _applied(self, entry: dict[str, Any], fired_before: int) -> None:
+        """Fill in what the engine did with the logged call: the faults its plan fired, and
+        whether it lost its memory since the session's last call here."""
+        log = getattr(self.engine, "fault_log", ())
+        if len(log) > fired_before:
+            entry["fired"] = [type(f.fault).__name__ for f in log[fired_before:]]
+        sid = entry["session_id"]
+        if sid is not None:
+            entry["after_wipe"] = self._seen.get(sid, self.wipes) != self.wipes
+            self._seen[sid] = self.wipes
+
+    def _fault_count(self) -> int:
+        return len(getattr(self.engine, "fault_log", ()))
+
     async def _answer(self, request: web.Request, error: Optional[ShardError], took: float,
-                      body: bytes, content_type: str) -> web.StreamResponse:
+                      body: bytes, content_type: str, entry: Optional[dict[str, Any]] = None,
+                      outcome: str = "ok") -> web.StreamResponse:
         headers = {DELAY_HEADER: repr(float(took))}
+        if entry is not None:
+            entry["held"] = took * self.time_scale
         if isinstance(error, ResponseLost):
+            if entry is not None:
+                self.calls.end(entry, error.code)
             self._abort(request, reset=False)  # applied; the answer never leaves
             return dropped()
         if error is not None:
@@ -184,6 +241,8 @@ class ServedNode:
             status = error_status(error.code)
         else:
             status = 200
+        if entry is not None:
+            self.calls.end(entry, "reset" if self.partition == "reset" else outcome)
         if self.partition == "reset":
             response = web.StreamResponse(status=status, headers=headers)
             response.content_type = content_type
@@ -206,17 +265,20 @@ class ServedNode:
             bundle, reason = UnreadableBody(), exc.message
         if isinstance(bundle, ShardError):  # an error object is no bundle either
             bundle, reason = UnreadableBody(), "wire: an error object is not a bundle"
-        out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > HEAVY_BYTES)
+        entry = self.calls.begin(self.name, op, *describe(op, bundle))
+        out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > HEAVY_BYTES,
+                                           entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
         if reason is not None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{error.message} ({reason})")
         if error is not None:
-            return await self._answer(request, error, took, b"", media)
+            return await self._answer(request, error, took, b"", media, entry, error.code)
         if frame:
             data = wire.dumpb(out)
         else:
             data = wire.dumps(out, hidden=hidden).encode("utf-8")
-        return await self._answer(request, None, took, data, media)
+        outcome = "malformed_output" if "Malformed" in entry["fired"] else "ok"
+        return await self._answer(request, None, took, data, media, entry, outcome)
 
     async def _prefill(self, request: web.Request) -> web.StreamResponse:
         return await self._compute(request, "prefill")
@@ -238,14 +300,16 @@ class ServedNode:
             session_id, epoch = data["session_id"], data["epoch"]
         else:
             session_id, epoch = None, None
-        _, error, took = await self._run(getattr(self.engine, op), session_id, epoch)
+        entry = self.calls.begin(self.name, op, session_id, epoch)
+        _, error, took = await self._run(getattr(self.engine, op), session_id, epoch, entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
         if error is None:
-            return await self._answer(request, None, took, json.dumps(OK).encode("utf-8"), wire.JSON_CONTENT_TYPE)
+            return await self._answer(request, None, took, json.dumps(OK).encode("utf-8"), wire.JSON_CONTENT_TYPE,
+                                      entry)
         if session_id is None and epoch is None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{op}: the body must be a JSON object "
                                     '{"session_id": <string>, "epoch": <integer>}')
-        return await self._answer(request, error, took, b"", wire.JSON_CONTENT_TYPE)
+        return await self._answer(request, error, took, b"", wire.JSON_CONTENT_TYPE, entry, error.code)
 
     async def _cancel(self, request: web.Request) -> web.StreamResponse:
         return await self._close(request, "cancel")
@@ -290,8 +354,10 @@ class ServedNode:
                 if not callable(getattr(engine, "crash", None)):
                     raise HTTPError("not_supported", f"node {self.name!r}'s engine has no crash()")
                 engine.crash()
+                self.wipes += 1
             elif what == "restart":
                 engine.restart()
+                self.wipes += 1
             elif what == "faults":
                 if not callable(getattr(engine, "replace_faults", None)):
                     raise HTTPError("not_supported", f"node {self.name!r}'s engine cannot replace its faults")

@@ -187,8 +187,10 @@ _plans = st.builds(FaultPlan, st.lists(_rules, max_size=2).map(tuple), st.intege
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, max_clients: int = 64, longest: int = 8448, hidden_size: int = 4) -> Scenario:
-    """Scenarios of up to ``max_clients`` clients whose prompts stop at ``longest`` positions.
+def scenarios(draw: st.DrawFn, max_clients: int = 64, longest: int = 8448, hidden_size: int = 4,
+              modes: tuple[str, ...] = ("refuse", "hang")) -> Scenario:
+    """Scenarios of up to ``max_clients`` clients whose prompts stop at ``longest`` positions,
+    partitions of the ``modes`` given.
 
     Clusters from 1 x 1 to 4 x 4; one in four at tight capacity (what every session at its
     longest needs at once, on each node).  Many clients now and then (9 to ``max_clients``).
@@ -222,7 +224,7 @@ def scenarios(draw: st.DrawFn, max_clients: int = 64, longest: int = 8448, hidde
                                   restart_after=draw(st.none() | _ms(100, 5000))))
         elif kind == "partition":
             events.append(Nemesis(at, "partition", node=draw(st.integers(0, nodes - 1)),
-                                  mode=draw(st.sampled_from(["refuse", "hang"])), duration=draw(_ms(100, 10000))))
+                                  mode=draw(st.sampled_from(list(modes))), duration=draw(_ms(100, 10000))))
         else:
             events.append(Nemesis(at, "leave", node=draw(st.integers(0, nodes - 1))))
     return Scenario(draw(st.integers(0, 2**32 - 1)), stages, replicas, capacity, tuple(clients), plans,
@@ -283,6 +285,15 @@ class _Failed(Exception):
     """Stops a run at its first broken check."""
 
 
+class CoordinatorBroke(Exception):
+    """The coordinator answered in a way no request may end in (a program that broke its
+    protocol, or exited): fails the run at once, under ``check``."""
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
 class _Runner:
     def __init__(self, factory: Callable[..., Any], scenario: Scenario, coordinator: Callable[..., Any],
                  tolerance: float = 0.0) -> None:
@@ -309,6 +320,8 @@ class _Runner:
         self.in_flight = self.max_in_flight = 0
         #: Sessions started and not released: churn while one is, is churn mid-session.
         self.live: set[str] = set()
+        #: Seconds a request may stay unanswered before the run fails for it.
+        self.request_timeout = REQUEST_TIMEOUT
 
     # -- driving --------------------------------------------------------------------------
 
@@ -354,8 +367,16 @@ class _Runner:
             return changed(stages)
         return announce
 
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of the scenario's time."""
+        await asyncio.sleep(seconds)
+
+    async def _observe(self, req: _Request) -> None:
+        """Learn what the world saw while ``req`` was in flight, before it is judged (the
+        simulation saw it all as it happened)."""
+
     async def _client(self, client: Client) -> None:
-        await asyncio.sleep(client.start_at)
+        await self._sleep(client.start_at)
         sid = client.session_id
         for rnd in client.rounds:
             got: list[int] = []
@@ -371,7 +392,7 @@ class _Runner:
                     inflight = asyncio.get_running_loop().create_task(
                         self._request(sid, "next_token", prompt=prompt, got=got))
                     try:
-                        await asyncio.sleep(rnd.stop_after)
+                        await self._sleep(rnd.stop_after)
                         await self._request(sid, "release", prompt=prompt, got=got)
                     finally:
                         # Its outcome is judged in it; a failure in either ends the run.
@@ -384,7 +405,7 @@ class _Runner:
                     break  # the coordinator gave up (beyond the budget): the user stops, and releases
             if not stopped:
                 await self._request(sid, "release", prompt=prompt, got=got)
-            await asyncio.sleep(rnd.pause)
+            await self._sleep(rnd.pause)
 
     async def _request(self, sid: str, op: str, *args: Any, prompt: list[int], got: list[int]) -> bool:
         """One request; whether it succeeded.  Judged when it completes."""
@@ -395,7 +416,7 @@ class _Runner:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.world.record("invoke", request=req.rid, session=sid, op=op)
         try:
-            result = await asyncio.wait_for(getattr(self.coordinator, op)(sid, *args), REQUEST_TIMEOUT)
+            result = await asyncio.wait_for(getattr(self.coordinator, op)(sid, *args), self.request_timeout)
             req.outcome = "ok"
             if op == "next_token":
                 req.token = result
@@ -403,6 +424,8 @@ class _Runner:
             req.outcome = "unanswered"
         except GaveUp as exc:
             req.outcome, req.error = "gave_up", str(exc)
+        except CoordinatorBroke as exc:
+            self._fail(exc.check, f"{op}({sid!r}): {exc}")
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -417,6 +440,7 @@ class _Runner:
         self.in_flight -= 1
         self.world.record("complete", request=req.rid, session=sid, op=op, outcome=req.outcome, token=req.token)
         self.done.setdefault(sid, []).append(req)
+        await self._observe(req)
         self._judge(req, prompt, got)
         return req.outcome == "ok"
 
@@ -451,7 +475,7 @@ class _Runner:
             self._fail_later("gone_node", f"node {node.name} was sent {call.op} at t={call.sent:g}, after the "
                              f"coordinator was told (t={node.told_gone:g}) that it left the cluster")
         if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and call.after_wipe):
-            self.fault_times.append(self.world.loop.time())
+            bisect.insort(self.fault_times, self.world.known_at(call))
 
     def _fail_later(self, check: str, problem: str) -> None:
         if self.pending_failure is None:
@@ -485,7 +509,7 @@ class _Runner:
             self.run.reached["sim:release_raced_token"] += 1
         faults = self._faults_between(req.invoked, req.returned)
         if req.outcome == "unanswered":
-            self._fail("unanswered", f"{op}({sid!r}) was left unanswered for {REQUEST_TIMEOUT:g} s")
+            self._fail("unanswered", f"{op}({sid!r}) was left unanswered for {self.request_timeout:g} s")
         if req.outcome == "gave_up":
             self.run.reached["sim:gave_up"] += 1
             if faults <= GIVE_UP_AFTER:
@@ -552,7 +576,7 @@ class _Runner:
         for node in self.world.nodes:
             if node.removed or node.partition is not None or node.index in unreachable:
                 continue
-            view = node.engine.session(sid)
+            view = self.world.view(node, sid)
             if view is not None and view.epoch > floor and (view.status == "live" or view.cached_tokens):
                 parts.append(f"node {node.name} holds it {view.status} at epoch {view.epoch} "
                              f"with {view.cached_tokens} cached positions")
@@ -561,8 +585,8 @@ class _Runner:
     def _final(self) -> None:
         if self.pending_failure is not None:
             self._fail(*self.pending_failure)
-        held = {node.name: node.engine.used_tokens for node in self.world.nodes
-                if not node.removed and node.engine.used_tokens}
+        held = {node.name: self.world.used(node) for node in self.world.nodes
+                if not node.removed and self.world.used(node)}
         if held:
             self._fail("leak", f"after every session was released and the cluster settled, nodes still hold positions: "
                        f"{held}")

@@ -40,7 +40,7 @@ import selectors
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from fakeshard import EngineCrashed, FaultPlan, ShardError, ShardSpec
+from fakeshard import EngineCrashed, FaultPlan, ResponseLost, ShardError, ShardSpec
 from fakeshard._clock import _check_seconds
 from fakeshard._pipeline import answer_problem
 
@@ -53,7 +53,7 @@ HOP = (0.000_5, 0.020)
 SERVICE = (0.0, 0.010)
 #: Outcomes of a call that no coordinator can prevent: they count as failures in its budget.
 FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output",
-                            "refused", "hung", "crashed_mid_call"})
+                            "refused", "hung", "crashed_mid_call", "reset"})
 
 
 def ranges(stages: int, layers_per_stage: int = 2) -> list[tuple[int, int]]:
@@ -223,9 +223,10 @@ class Nemesis:
 
     ``kind`` is ``crash`` (the node goes down; ``restart_after`` seconds later it is
     restarted empty, or never by the nemesis when ``None``), ``partition`` (for
-    ``duration`` seconds the node's calls are refused, ``mode="refuse"``, or hang,
-    ``mode="hang"``), ``leave`` (the node is removed from the cluster) or ``join``
-    (a new node for ``stage`` joins).  Churn is announced to the coordinator.
+    ``duration`` seconds the node's calls are refused, ``mode="refuse"``, hang,
+    ``mode="hang"``, or are applied and their answers cut, ``mode="reset"``), ``leave``
+    (the node is removed from the cluster) or ``join`` (a new node for ``stage`` joins).
+    Churn is announced to the coordinator.
     """
 
     at: float
@@ -245,8 +246,8 @@ class Nemesis:
             raise ValueError("a join names the stage the new node serves")
         if self.kind != "join" and self.node is None:
             raise ValueError(f"a {self.kind} names its node")
-        if self.kind == "partition" and (self.mode not in ("refuse", "hang") or not self.duration):
-            raise ValueError("a partition has mode 'refuse' or 'hang' and a duration > 0")
+        if self.kind == "partition" and (self.mode not in ("refuse", "hang", "reset") or not self.duration):
+            raise ValueError("a partition has mode 'refuse', 'hang' or 'reset' and a duration > 0")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -325,6 +326,20 @@ class World:
         self.events.append({"t": self.loop.time(), "event": event, **data})
         if event == "nemesis":
             self.nemesis_log.append(self.events[-1])
+
+    def known_at(self, call: Call) -> float:
+        """When the world's checks learn how ``call`` ended: as it ends, on the loop's time."""
+        return self.loop.time()
+
+    @staticmethod
+    def view(node: SimNode, session_id: str) -> Any:
+        """What ``node`` holds of the session (a ``SessionView`` or ``None``)."""
+        return node.engine.session(session_id)
+
+    @staticmethod
+    def used(node: SimNode) -> int:
+        """Positions ``node`` holds."""
+        return int(node.engine.used_tokens)
 
     def hop(self) -> float:
         return round(self.rng.uniform(*HOP), 6)
@@ -475,6 +490,12 @@ class World:
                                                                             "it answered"))
             return
         entry.answered = self.loop.time()
+        if node.partition == "reset":  # applied; the answer is cut halfway and the connection reset
+            self._answer(entry, answer, "reset", error=ResponseLost(
+                f"{op}: node {node.name} reset the connection mid-answer; the call was applied",
+                session_id=entry.session_id if isinstance(entry.session_id, str) else None,
+                epoch=entry.epoch if isinstance(entry.epoch, int) else None))
+            return
         await asyncio.sleep(self.hop())
         self._answer(entry, answer, outcome, out=out, error=error)
 

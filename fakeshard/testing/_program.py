@@ -1,0 +1,736 @@
+"""Coordinator programs under test: any language, over real sockets.
+
+A *coordinator program* is any executable that speaks the stdio protocol of
+``docs/contract.md`` ("Coordinator programs"): fakeshard starts it, writes one
+JSON request a line to its standard input and reads one JSON answer a line from
+its standard output (its standard error is kept as its log).  The program
+reaches the nodes through HTTP API v1 only.
+
+This module runs the concurrent machine's scenarios (:mod:`fakeshard.testing._concurrent`:
+the same workloads, nemesis schedules, fault plans and checks) against such a
+program, in *real time*, over a served cluster on loopback
+(:class:`fakeshard.server._thread.ServerThread`):
+
+* the nodes are added, crashed, restarted, partitioned (``refuse``, ``hang``,
+  ``reset``), healed, removed and added through the control API;
+* what the nodes were sent is read from the cluster's call log (``GET /v1/calls``),
+  so "no call after release", "no call to a node that left" and the budget are
+  judged from what the nodes saw; what a node holds, from ``GET /v1/sessions/{id}``
+  and ``GET /v1/state``;
+* a scenario's seconds are scaled by :data:`SCALE` (a partition of 4 scenario
+  seconds lasts one real second), and so are the fault plans' delays.
+
+Runs are seeded (workload, fault plans, nemesis schedule) but not replayable
+event for event: the operating system schedules the program, the nodes and the
+harness.  A failing run is saved as a trace of its scenario and observed history;
+:func:`replay_program` runs it again, and a reduction re-runs candidates and says
+how many re-runs failed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shlex
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+from urllib.parse import quote
+
+from fakeshard import ShardSpec, wire
+from fakeshard.testing._concurrent import (
+    LAYERS_PER_STAGE,
+    ConcurrentFailure,
+    CoordinatorBroke,
+    Run,
+    Scenario,
+    _Failed,
+    _Runner,
+    examples_for,
+    probes_of,
+    reduce,
+    scenarios,
+)
+from fakeshard.testing._reference_coordinator import GaveUp
+from fakeshard.testing._sim import Call, Nemesis, ranges
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
+
+__all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
+           "run_program", "run_program_scenario"]
+
+#: Real seconds per scenario second: a scenario's moments, pauses, partitions and delays.
+SCALE = 0.25
+#: Real seconds a request may stay unanswered before the run fails for it.
+REQUEST_TIMEOUT = 15.0
+#: Real seconds the harness waits, after the workload and the nemesis, for the nodes to empty.
+SETTLE = 5.0
+#: Real seconds a node that left keeps serving (and logging) after the program was told, before it stops.
+LINGER = 0.5
+#: Re-runs a reduction may make (each is a whole real-time run).
+REDUCE_BUDGET = 12
+#: Re-runs of the reduced scenario that measure how often it fails again.
+CONFIRM_RUNS = 3
+#: The checks only a program can fail: an answer that breaks the protocol, a program that exited.
+PROGRAM_CHECKS = ("protocol", "exited")
+
+
+@dataclass(frozen=True)
+class ProgramSettings:
+    """How a program's runs are timed (real seconds, except ``scale``)."""
+
+    scale: float = SCALE
+    request_timeout: float = REQUEST_TIMEOUT
+    settle: float = SETTLE
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class ProgramFailed(Exception):
+    """The program answered a request with an error other than ``gave_up`` (judged as a
+    request that raised)."""
+
+
+# -- the program -------------------------------------------------------------------------------
+
+class _Program:
+    """A started coordinator program and the requests in flight to it."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.argv, self.log = argv, log
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        #: Requests whose asker stopped waiting: a late answer to one is no protocol error.
+        self.abandoned: set[int] = set()
+        self.broken: Optional[CoordinatorBroke] = None
+        self.proc: Optional[asyncio.subprocess.Process] = None
+        self._reader: Optional[asyncio.Task[None]] = None
+        self._log_file: Any = None
+
+    async def open(self) -> None:
+        self._log_file = open(self.log, "wb")
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log_file,
+                limit=64 * 1024 * 1024)
+        except OSError as exc:
+            self._log_file.close()
+            raise CoordinatorBroke("exited", f"the program {shlex.join(self.argv)!r} could not start: {exc}") from None
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    def log_tail(self, lines: int = 12) -> str:
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        tail = text.rstrip("\n").splitlines()[-lines:]
+        return "\n".join("    " + line for line in tail)
+
+    def _broke(self, check: str, message: str) -> None:
+        if self.broken is None:
+            tail = self.log_tail()
+            self.broken = CoordinatorBroke(check, message + (f"; its log ({self.log}) ends:\n{tail}" if tail else
+                                                             f"; its log ({self.log}) is empty"))
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(self.broken)
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            try:
+                line = await self.proc.stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                self._broke("protocol", "the program wrote a line longer than 64 MiB")
+                return
+            if not line:
+                break
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self._broke("protocol", f"the program wrote a line that is not JSON: {line[:200]!r}")
+                return
+            reply_to = message.get("in_reply_to") if isinstance(message, dict) else None
+            if type(reply_to) is int and reply_to in self.abandoned:
+                self.abandoned.discard(reply_to)
+                continue
+            future = self.pending.pop(reply_to, None) if type(reply_to) is int else None
+            if future is None:
+                self._broke("protocol", f"the program wrote {line[:200]!r}: every line must be a JSON object "
+                            "whose in_reply_to is the msg_id of a request in flight")
+                return
+            if not future.done():
+                future.set_result(message)
+        status = await self.proc.wait()
+        self._broke("exited", f"the program exited (status {status}) with requests still to come")
+
+    async def request(self, kind: str, **fields: Any) -> dict[str, Any]:
+        if self.broken is not None:
+            raise self.broken
+        assert self.proc is not None and self.proc.stdin is not None
+        msg_id = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[msg_id] = future
+        line = json.dumps({"type": kind, "msg_id": msg_id, **fields}, separators=(",", ":")) + "\n"
+        try:
+            self.proc.stdin.write(line.encode("utf-8"))
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            self.pending.pop(msg_id, None)
+            self._broke("exited", "the program closed its standard input")
+            raise self.broken from None  # type: ignore[misc]
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self.pending.pop(msg_id, None) is not None:
+                self.abandoned.add(msg_id)
+            raise
+
+    async def close(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 2.0)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._log_file is not None:
+            self._log_file.close()
+
+
+class ProgramCoordinator:
+    """A coordinator program as the concurrent machine's runner holds an async coordinator."""
+
+    def __init__(self, program: _Program) -> None:
+        self._program = program
+
+    async def _ask(self, kind: str, **fields: Any) -> dict[str, Any]:
+        answer = await self._program.request(kind, **fields)
+        got = answer.get("type")
+        if got == f"{kind}_ok":
+            return answer
+        if got == "error":
+            code, message = answer.get("code"), answer.get("message", "")
+            if code == "gave_up":
+                raise GaveUp(str(message))
+            raise ProgramFailed(f"the program answered error {code!r}: {message}")
+        raise CoordinatorBroke("protocol", f"the program answered {kind} with {json.dumps(answer)[:200]}: "
+                                           f"the answer's type must be {kind}_ok or error")
+
+    async def init(self, control: str, stages: list[list[dict[str, Any]]]) -> None:
+        await self._ask("init", control=control, stages=stages)
+
+    async def start(self, session_id: str, prompt: list[int]) -> None:
+        await self._ask("start", session_id=session_id, prompt=list(prompt))
+
+    async def next_token(self, session_id: str) -> int:
+        answer = await self._ask("next_token", session_id=session_id)
+        token = answer.get("token")
+        if type(token) is not int or token < 0:
+            raise CoordinatorBroke("protocol", f"next_token_ok's token must be an integer >= 0, got {token!r}")
+        return token
+
+    async def release(self, session_id: str) -> None:
+        await self._ask("release", session_id=session_id)
+
+    async def on_nodes_changed(self, stages: list[list[dict[str, Any]]]) -> None:
+        await self._ask("nodes_changed", stages=stages)
+
+
+# -- the served world ----------------------------------------------------------------------------
+
+@dataclass
+class _Node:
+    index: int
+    stage: int
+    name: str
+    url: str
+    spec: ShardSpec
+    partition: Optional[str] = None
+    removed: bool = False
+    told_gone: Optional[float] = None
+
+    def address(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "start_layer": self.spec.start_layer,
+                "end_layer": self.spec.end_layer}
+
+
+@dataclass(frozen=True)
+class _View:
+    epoch: int
+    status: str
+    cached_tokens: int
+
+
+class _RealTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on real (monotonic) time, counted from its creation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.origin = super().time()
+
+    def time(self) -> float:
+        return super().time() - self.origin
+
+
+class _ServedWorld:
+    """A served cluster as the concurrent machine's runner sees a world (see :class:`_sim.World`)."""
+
+    def __init__(self, loop: _RealTimeLoop, control: str, http: Any, spec: ShardSpec, scenario: Scenario,
+                 scale: float) -> None:
+        self.loop, self.control, self.http, self.spec = loop, control, http, spec
+        self.scenario, self.scale = scenario, scale
+        self.ranges = ranges(scenario.stages, LAYERS_PER_STAGE)
+        self.nodes: list[_Node] = []
+        self.calls: list[Call] = []
+        self.by_session: dict[Any, list[Call]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.nemesis_log: list[dict[str, Any]] = []
+        self.on_call: Optional[Callable[[Call], None]] = None
+        self.on_nodes_changed: Optional[Callable[[Any], Any]] = None
+        self._by_seq: dict[int, Call] = {}
+        self._cursor = 0
+        self._names: dict[str, int] = {}
+        self._views: dict[tuple[int, str], Optional[_View]] = {}
+        self._used: dict[int, int] = {}
+        self._later_tasks: set[asyncio.Task[Any]] = set()
+
+    # -- the cluster ---------------------------------------------------------------------------
+
+    async def _control(self, method: str, path: str, body: Any = None) -> Any:
+        kwargs: dict[str, Any] = {}
+        if body is not None:
+            kwargs["content"] = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
+            kwargs["headers"] = {"Content-Type": wire.JSON_CONTENT_TYPE}
+        response = await self.http.request(method, self.control + path, **kwargs)
+        return response
+
+    async def _add(self, stage: int, plan: Any) -> _Node:
+        a, b = self.ranges[stage]
+        spec = self.spec.with_layers(a, b)
+        index = len(self.nodes)
+        name = f"n{index}"
+        body: dict[str, Any] = {"name": name, "spec": asdict(spec), "seed": self.scenario.engine_seed}
+        if self.scenario.capacity is not None:
+            body["capacity_tokens"] = self.scenario.capacity
+        if plan is not None and plan.rules:
+            body["faults"] = json.loads(wire.dumps(plan))
+        response = await self._control("POST", "/v1/nodes", body)
+        if response.status_code != 200:
+            raise RuntimeError(f"the control API refused node {name}: {response.text}")
+        node = _Node(index, stage, name, response.json()["url"], spec)
+        self.nodes.append(node)
+        self._names[name] = index
+        return node
+
+    async def open(self) -> None:
+        sc = self.scenario
+        for stage in range(sc.stages):
+            for _ in range(sc.replicas):
+                await self._add(stage, sc.plans[len(self.nodes)])
+
+    def stages(self) -> list[list[dict[str, Any]]]:
+        """The cluster as the program is told of it: per stage, the nodes present, oldest first."""
+        out: list[list[dict[str, Any]]] = [[] for _ in self.ranges]
+        for node in self.nodes:
+            if not node.removed:
+                out[node.stage].append(node.address())
+        return out
+
+    def record(self, event: str, **data: Any) -> None:
+        self.events.append({"t": round(self.loop.time(), 6), "event": event, **data})
+        if event == "nemesis":
+            self.nemesis_log.append(self.events[-1])
+
+    # -- what the nodes saw ------------------------------------------------------------------------
+
+    def known_at(self, call: Call) -> float:
+        return call.done if call.done is not None else call.sent
+
+    def view(self, node: _Node, session_id: str) -> Optional[_View]:
+        return self._views.get((node.index, session_id))
+
+    def used(self, node: _Node) -> int:
+        return self._used.get(node.index, 0)
+
+    def _time(self, t: Any) -> Optional[float]:
+        return None if t is None else round(float(t) - self.loop.origin, 6)
+
+    async def sync(self) -> None:
+        """Read the call log from the first call not yet ended; hand each call that ended to ``on_call``."""
+        response = await self._control("GET", f"/v1/calls?since={self._cursor}")
+        log = response.json()
+        for e in log["calls"]:
+            call = self._by_seq.get(e["seq"])
+            if call is None:
+                call = Call(len(self.calls), self._names.get(e["node"], -1), e["op"], e["session_id"], e["epoch"],
+                            e["start_pos"], e["positions"], sent=self._time(e["received"]) or 0.0,
+                            arrived=self._time(e["received"]))
+                self._by_seq[e["seq"]] = call
+                self.calls.append(call)
+                self.by_session.setdefault(call.session_id, []).append(call)
+            if call.outcome == "pending" and e["outcome"] != "pending":
+                call.outcome = e["outcome"]
+                call.answered = call.done = self._time(e["answered"])
+                call.fired, call.held, call.after_wipe = tuple(e["fired"]), e["held"], e["after_wipe"]
+                if self.on_call is not None:
+                    self.on_call(call)
+        pending = [seq for seq, c in self._by_seq.items() if c.outcome == "pending"]
+        self._cursor = min(pending) if pending else log["next"]
+
+    def _reachable(self) -> list[_Node]:
+        return [n for n in self.nodes if not n.removed and n.partition is None]
+
+    async def look(self, session_id: str) -> None:
+        """Read what every reachable node holds of ``session_id``."""
+        async def one(node: _Node) -> None:
+            try:
+                response = await self.http.get(f"{node.url}/v1/sessions/{quote(session_id, safe='')}")
+            except Exception:  # unreachable after all: judged at the end of the run instead
+                self._views.pop((node.index, session_id), None)
+                return
+            data = response.json() if response.status_code == 200 else None
+            self._views[(node.index, session_id)] = None if data is None else _View(
+                data["epoch"], data["status"], data["cached_tokens"])
+        await asyncio.gather(*(one(node) for node in self._reachable()))
+
+    async def usage(self) -> None:
+        """Read how many positions each node present holds."""
+        async def one(node: _Node) -> None:
+            try:
+                response = await self.http.get(f"{node.url}/v1/state")
+                self._used[node.index] = int(response.json()["used_tokens"])
+            except Exception:
+                pass  # a partitioned node keeps what it was last seen to hold
+        await asyncio.gather(*(one(n) for n in self.nodes if not n.removed))
+
+    # -- the nemesis ---------------------------------------------------------------------------
+
+    async def run_nemesis(self, schedule: list[Nemesis]) -> None:
+        for event in sorted(schedule, key=lambda e: e.at):
+            delay = event.at * self.scale - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.apply(event)
+
+    def _later(self, delay: float, action: Callable[[], Any]) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            await action()
+        task = self.loop.create_task(later())
+        self._later_tasks.add(task)
+        task.add_done_callback(self._later_tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for the restarts, heals and stops the nemesis scheduled."""
+        while self._later_tasks:
+            await asyncio.gather(*list(self._later_tasks))
+
+    async def apply(self, event: Nemesis) -> None:
+        if event.kind == "join":
+            node = await self._add(event.stage or 0, None)
+            self.record("nemesis", kind="join", node=node.index, stage=node.stage)
+            await self._announce()
+            return
+        if event.node is None or not 0 <= event.node < len(self.nodes):
+            self.record("nemesis", kind=event.kind, node=event.node, skipped="no such node")
+            return
+        node = self.nodes[event.node]
+        if node.removed:
+            self.record("nemesis", kind=event.kind, node=node.index, skipped="the node left")
+            return
+        if event.kind == "crash":
+            response = await self._control("POST", f"/v1/nodes/{node.name}/crash")
+            if response.status_code != 200:
+                self.record("nemesis", kind="crash", node=node.index, skipped=response.json().get("message", ""))
+                return
+            self.record("nemesis", kind="crash", node=node.index)
+            if event.restart_after is not None:
+                self._later(event.restart_after * self.scale, lambda: self._restart(node))
+        elif event.kind == "partition":
+            await self._control("POST", f"/v1/nodes/{node.name}/partition", {"mode": event.mode})
+            node.partition = event.mode
+            self.record("nemesis", kind="partition", node=node.index, mode=event.mode)
+            self._later((event.duration or 0.0) * self.scale, lambda: self._heal(node, event.mode))
+        else:  # leave; a stage keeps one node at least
+            if not any(o is not node and o.stage == node.stage and not o.removed for o in self.nodes):
+                self.record("nemesis", kind="leave", node=node.index, skipped="the stage's last node")
+                return
+            node.removed = True
+            self.record("nemesis", kind="leave", node=node.index)
+            if await self._announce():
+                node.told_gone = self.loop.time()
+            # A node that left may serve a moment longer (it drains): calls it still gets are logged.
+            self._later(LINGER, lambda: self._stop(node))
+
+    async def _restart(self, node: _Node) -> None:
+        if not node.removed:
+            await self._control("POST", f"/v1/nodes/{node.name}/restart")
+            self.record("nemesis", kind="restart", node=node.index)
+
+    async def _heal(self, node: _Node, mode: Optional[str]) -> None:
+        if node.partition == mode and not node.removed:
+            await self._control("DELETE", f"/v1/nodes/{node.name}/partition")
+            node.partition = None
+            self.record("nemesis", kind="heal", node=node.index)
+
+    async def _stop(self, node: _Node) -> None:
+        await self.sync()  # the node's calls, before it goes
+        await self._control("DELETE", f"/v1/nodes/{node.name}")
+
+    async def _announce(self) -> bool:
+        if self.on_nodes_changed is None:
+            return False
+        result = self.on_nodes_changed(self.stages())
+        if asyncio.iscoroutine(result):
+            await result
+        return True
+
+
+# -- a run ---------------------------------------------------------------------------------------
+
+class _ProgramRunner(_Runner):
+    """The concurrent machine's runner, against a program over a served cluster in real time."""
+
+    def __init__(self, factory: Callable[..., Any], scenario: Scenario, argv: list[str], *,
+                 settings: ProgramSettings, log: Path, tolerance: float = 0.0) -> None:
+        super().__init__(factory, scenario, lambda *a, **k: None, tolerance)
+        self.argv, self.settings, self.log = argv, settings, log
+        self.request_timeout = settings.request_timeout
+        self.program = _Program(argv, log)
+
+    def go(self) -> Run:
+        from fakeshard.server._thread import ServerThread
+
+        loop = _RealTimeLoop()
+        server = ServerThread(self.factory, time_scale=self.settings.scale, factory_name="program")
+        try:
+            loop.run_until_complete(self._main(loop, server.cluster.control_url))
+        except _Failed:
+            pass
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(self._close())
+            loop.close()
+            server.close()
+        world = getattr(self, "world", None)
+        if world is not None:
+            self.run.events = world.events
+            self.run.calls = [c.to_dict() for c in world.calls]
+        return self.run
+
+    async def _close(self) -> None:
+        await self.program.close()
+        http = getattr(self, "http", None)
+        if http is not None:
+            await http.aclose()
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds * self.settings.scale)
+
+    async def _observe(self, req: Any) -> None:
+        world: _ServedWorld = self.world  # type: ignore[assignment]
+        await world.sync()
+        if req.op == "release" and req.outcome == "ok":
+            await world.look(req.session_id)
+
+    async def _main(self, loop: asyncio.AbstractEventLoop, control: str) -> None:  # type: ignore[override]
+        import httpx
+
+        assert isinstance(loop, _RealTimeLoop)
+        sc = self.scenario
+        self.http = httpx.AsyncClient(timeout=10.0, limits=httpx.Limits(max_connections=64))
+        self.world = _ServedWorld(loop, control, self.http, self.spec, sc, self.settings.scale)  # type: ignore[assignment]
+        world: _ServedWorld = self.world  # type: ignore[assignment]
+        await world.open()
+        world.on_call = self._on_call
+        coordinator = ProgramCoordinator(self.program)
+        self.coordinator = coordinator
+        try:
+            await self.program.open()
+            await asyncio.wait_for(coordinator.init(control, world.stages()), self.request_timeout)
+        except asyncio.TimeoutError:
+            self._fail("unanswered", f"init was left unanswered for {self.request_timeout:g} s")
+        except CoordinatorBroke as exc:
+            self._fail(exc.check, f"init: {exc}")
+        except (GaveUp, ProgramFailed) as exc:
+            self._fail("raised", f"init: {exc}")
+        world.on_nodes_changed = self._nodes_changed(self._told)
+        nemesis = loop.create_task(world.run_nemesis(list(sc.nemesis)))
+        clients = [loop.create_task(self._client(c)) for c in sc.clients]
+        await asyncio.gather(*clients)
+        await nemesis
+        await world.drain()
+        deadline = loop.time() + self.settings.settle
+        while True:
+            await world.sync()
+            await world.usage()
+            if not any(world.used(n) for n in world.nodes if not n.removed) or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.1)
+        self._final()
+
+    async def _told(self, stages: Any) -> None:
+        """Tell the program the cluster's new shape (a failure to answer fails the run)."""
+        try:
+            await asyncio.wait_for(self.coordinator.on_nodes_changed(stages), self.request_timeout)
+        except asyncio.TimeoutError:
+            self._fail("unanswered", f"nodes_changed was left unanswered for {self.request_timeout:g} s")
+        except CoordinatorBroke as exc:
+            self._fail(exc.check, f"nodes_changed: {exc}")
+        except (GaveUp, ProgramFailed) as exc:
+            self._fail("raised", f"nodes_changed: {exc}")
+
+
+def _argv(command: str) -> list[str]:
+    argv = shlex.split(command)
+    if not argv:
+        raise ValueError("--coordinator-cmd is empty: give the program and its arguments")
+    return argv
+
+
+def run_program_scenario(factory: Callable[..., Any], scenario: Scenario, command: str, *,
+                         settings: ProgramSettings = ProgramSettings(), log: Optional[Path] = None,
+                         tolerance: float = 0.0) -> Run:
+    """Run ``scenario`` against the coordinator program ``command`` (a shell-quoted command
+    line) over nodes from ``factory`` served on loopback; the run, ``failure`` set at the first
+    broken check.  The program's standard error goes to ``log`` (else a temporary file)."""
+    if log is None:
+        fd, name = tempfile.mkstemp(prefix="fakeshard-program-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
+    return _ProgramRunner(factory, scenario, _argv(command), settings=settings, log=log, tolerance=tolerance).go()
+
+
+def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str, settings: ProgramSettings,
+               evidence_class: str, note: str = "") -> Trace:
+    return Trace(machine="program", engine_factory=factory_name, evidence_class=evidence_class,
+                 config={"scenario": scenario.to_dict(), "coordinator_cmd": command, "check": run.check,
+                         "settings": settings.to_dict()},
+                 steps=run.events, actual=run.calls, failure=run.failure, note=note,
+                 hypothesis_version=hypothesis_version(), git_commit=git_commit())
+
+
+def _log_dir(save_dir: Any) -> Path:
+    base = Path(save_dir) if save_dir is not None else Path(tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def run_program(config: Any, command: str, *, settings: Any = None, program: ProgramSettings = ProgramSettings(),
+                save_dir: Any = None, seed: Optional[int] = None, availability: Optional[float] = None,
+                reduce_failure: Optional[bool] = None) -> Run:
+    """The concurrent campaign against the program ``command``; the runs' situations summed.
+
+    On the first failing scenario: reduce it by re-running candidates (unless the profile
+    says not to; at most :data:`REDUCE_BUDGET` re-runs), re-run the result
+    :data:`CONFIRM_RUNS` times to say how often it fails again, save its trace under
+    ``save_dir`` and raise :class:`ConcurrentFailure`.
+    """
+    from hypothesis import HealthCheck, Phase, given
+    from hypothesis import settings as Settings
+
+    from fakeshard.testing import _profiles as profiles
+    from fakeshard.testing._draws import search_until_found
+    from fakeshard.testing._lengths import MANY_HOPS, longest_prompt
+
+    _argv(command)
+    settings = settings if settings is not None else Settings.default
+    total = Run()
+    found: list[tuple[Scenario, Run]] = []
+    longest = longest_prompt(config.max_positions, config.hidden_size, share=MANY_HOPS)
+    logs = _log_dir(save_dir)
+    counter = itertools.count()
+
+    def once(sc: Scenario) -> Run:
+        return run_program_scenario(config.factory, sc, command, settings=program,
+                                    log=logs / f"program-{os.getpid()}-{next(counter)}.log",
+                                    tolerance=config.tolerance)
+
+    @Settings(settings, max_examples=examples_for(settings), phases=[Phase.explicit, Phase.generate],
+              database=None, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(scenarios(longest=longest, hidden_size=config.hidden_size, modes=("refuse", "hang", "reset")))
+    def search(sc: Scenario) -> None:
+        if found:
+            return
+        run = once(sc)
+        config.runs += 1
+        config.steps += sum(1 for e in run.events if e["event"] == "complete")
+        if config.on_step is not None:
+            config.on_step(config)
+        total.reached.update(set(run.reached))
+        total.next_requests += run.next_requests
+        total.answered += run.answered
+        probes_of(run)
+        if run.failure is not None:
+            found.append((sc, run))
+            raise ConcurrentFailure("found")
+
+    search_until_found(search, found, seed)
+    if not found:
+        if availability is not None and total.availability < availability:
+            raise ConcurrentFailure(f"availability {total.availability:.3f} ({total.answered} of "
+                                    f"{total.next_requests} next_token requests answered) is below {availability}")
+        return total
+    scenario, run = found[0]
+    check = run.check
+    if reduce_failure is None:
+        reduce_failure = profiles.reduces_failures()
+    tried = [0, 0]
+
+    def fails(candidate: Scenario) -> bool:
+        tried[0] += 1
+        again = once(candidate).check == check
+        tried[1] += again
+        return again
+
+    if reduce_failure:
+        scenario = reduce(scenario, fails, budget=REDUCE_BUDGET)
+    confirm = [once(scenario) for _ in range(CONFIRM_RUNS)]
+    again = [r for r in confirm if r.check == check]
+    run = again[0] if again else run
+    note = (f"real time: the reduced scenario failed {check} again in {len(again)} of {CONFIRM_RUNS} re-runs"
+            + (f"; the reduction re-ran {tried[0]} candidates, {tried[1]} of which failed again" if tried[0] else ""))
+    evidence = getattr(config.factory, "evidence_class", "fixture")
+    trace = make_trace(scenario, run, factory_name=config.factory_name, command=command, settings=program,
+                       evidence_class=evidence if isinstance(evidence, str) else "fixture", note=note)
+    message = (f"coordinator program {command!r} failed on {config.factory_name}: {run.failure}\n"
+               f"{scenario.describe()}\n{note}")
+    path = keep(trace, config, save_dir)
+    if path is not None:
+        message += f"\nfakeshard: trace saved to {path}"
+    config.last_failure = trace
+    raise ConcurrentFailure(message, trace)
+
+
+@dataclass
+class Replayed:
+    """A program trace run again: the new run, and whether it broke the same check."""
+
+    run: Run
+    same_check: bool
+
+
+def replay_program(trace: Trace, factory: Callable[..., Any], command: Optional[str] = None,
+                   tolerance: float = 0.0) -> Replayed:
+    """Run ``trace``'s scenario again against ``command`` (else the program it names), in real
+    time: the same scenario, not the same interleaving."""
+    scenario = Scenario.from_dict(trace.config["scenario"])
+    settings = ProgramSettings(**trace.config.get("settings", {}))
+    command = command or trace.config["coordinator_cmd"]
+    run = run_program_scenario(factory, scenario, command, settings=settings, tolerance=tolerance)
+    return Replayed(run, run.check == trace.config.get("check"))
