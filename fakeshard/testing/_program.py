@@ -64,7 +64,7 @@ __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSett
 #: Real seconds per scenario second: a scenario's moments, pauses, partitions and delays.
 SCALE = 0.25
 #: Real seconds a request may stay unanswered before the run fails for it.
-REQUEST_TIMEOUT = 15.0
+REQUEST_TIMEOUT = 30.0
 #: Real seconds the harness waits, after the workload and the nemesis, for the nodes to empty.
 SETTLE = 5.0
 #: Real seconds a node that left keeps serving (and logging) after the program was told, before it stops.
