@@ -471,7 +471,7 @@ class _Runner:
                                  f"at t={call.sent:g}, after its release returned at t={since:g}")
             if call.op == "prefill" and call.start_pos == 0 and call.outcome == "ok" and call.epoch:
                 reached["sim:replay_new_epoch"] += 1
-        if node.told_gone is not None and call.sent >= node.told_gone:
+        if node.told_gone is not None and call.sent >= node.told_gone + self.world.gone_grace:
             self._fail_later("gone_node", f"node {node.name} was sent {call.op} at t={call.sent:g}, after the "
                              f"coordinator was told (t={node.told_gone:g}) that it left the cluster")
         if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and call.after_wipe):

@@ -49,7 +49,6 @@ from fakeshard.testing._concurrent import (
     Scenario,
     _Failed,
     _Runner,
-    examples_for,
     probes_of,
     reduce,
     scenarios,
@@ -68,7 +67,14 @@ REQUEST_TIMEOUT = 30.0
 #: Real seconds the harness waits, after the workload and the nemesis, for the nodes to empty.
 SETTLE = 5.0
 #: Real seconds a node that left keeps serving (and logging) after the program was told, before it stops.
-LINGER = 0.5
+LINGER = 1.0
+#: Real seconds after the program answered ``nodes_changed`` within which a call may still reach a
+#: node that left: a call is logged when it arrives, and one the program sent before it answered
+#: may arrive a moment later.
+GONE_GRACE = 0.2
+#: Real seconds after a refusing partition heals during which a request's budget is not judged
+#: (a client's pooled connection that the partition closed may fail without reaching the node).
+REFUSE_AFTERMATH = 0.5
 #: Re-runs a reduction may make (each is a whole real-time run).
 REDUCE_BUDGET = 12
 #: Re-runs of the reduced scenario that measure how often it fails again.
@@ -285,6 +291,8 @@ class _RealTimeLoop(asyncio.SelectorEventLoop):
 
 class _ServedWorld:
     """A served cluster as the concurrent machine's runner sees a world (see :class:`_sim.World`)."""
+
+    gone_grace = GONE_GRACE
 
     def __init__(self, loop: _RealTimeLoop, control: str, http: Any, spec: ShardSpec, scenario: Scenario,
                  scale: float) -> None:
@@ -584,6 +592,19 @@ class _ProgramRunner(_Runner):
             await asyncio.sleep(0.1)
         self._final()
 
+    def _check_budget(self, req: Any, overlapping: list[Any], faults: int) -> None:
+        """The budget, for a request no refusing node overlapped: a refused connection never
+        reaches a node's call log, so the failures it caused cannot be counted (the simulation
+        counts them); such a request's calls are not judged."""
+        for e in self.world.nemesis_log:
+            if e["kind"] == "partition" and e.get("mode") == "refuse" and "skipped" not in e:
+                healed = next((h["t"] for h in self.world.nemesis_log
+                               if h["kind"] == "heal" and h["node"] == e["node"] and h["t"] >= e["t"]), None)
+                if e["t"] <= req.returned and (healed is None or healed + REFUSE_AFTERMATH >= req.invoked):
+                    self.run.reached["program:budget_unjudged_refused"] += 1
+                    return
+        super()._check_budget(req, overlapping, faults)
+
     async def _told(self, stages: Any) -> None:
         """Tell the program the cluster's new shape (a failure to answer fails the run)."""
         try:
@@ -625,6 +646,12 @@ def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str,
                  hypothesis_version=hypothesis_version(), git_commit=git_commit())
 
 
+def program_examples(settings: Any) -> int:
+    """Scenarios per campaign of a program: a twenty-fifth of the profile's examples (each is a
+    whole run in real time: ``ci`` runs 20), at least four."""
+    return max(settings.max_examples // 25, 4)
+
+
 def _log_dir(save_dir: Any) -> Path:
     base = Path(save_dir) if save_dir is not None else Path(tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
@@ -661,7 +688,7 @@ def run_program(config: Any, command: str, *, settings: Any = None, program: Pro
                                     log=logs / f"program-{os.getpid()}-{next(counter)}.log",
                                     tolerance=config.tolerance)
 
-    @Settings(settings, max_examples=examples_for(settings), phases=[Phase.explicit, Phase.generate],
+    @Settings(settings, max_examples=program_examples(settings), phases=[Phase.explicit, Phase.generate],
               database=None, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False)
     @given(scenarios(longest=longest, hidden_size=config.hidden_size, modes=("refuse", "hang", "reset")))
     def search(sc: Scenario) -> None:

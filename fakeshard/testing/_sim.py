@@ -275,6 +275,10 @@ class World:
     determinism check compares and a trace keeps).
     """
 
+    #: Seconds after the coordinator was told a node left within which a call may still reach
+    #: it (none here: a call is logged as it is sent).
+    gone_grace = 0.0
+
     def __init__(self, loop: asyncio.AbstractEventLoop, factory: Callable[..., Any], spec: ShardSpec, *,
                  stages: int, replicas: int, seed: int, capacity: Optional[int], plans: list[FaultPlan]) -> None:
         if len(plans) != stages * replicas:

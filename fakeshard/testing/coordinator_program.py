@@ -106,8 +106,8 @@ class HttpNode:
 class CoordinatorProgram:
     """The protocol's requests, answered by an :class:`AsyncCoordinator` over :class:`HttpNode` s."""
 
-    def __init__(self, call_timeout: float, out: Any) -> None:
-        self.call_timeout, self.out = call_timeout, out
+    def __init__(self, call_timeout: float, out: Any, coordinator: type[AsyncCoordinator] = AsyncCoordinator) -> None:
+        self.call_timeout, self.out, self.coordinator_class = call_timeout, out, coordinator
         self.client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256,
                                                                           max_keepalive_connections=256))
         self.control = ""
@@ -133,7 +133,7 @@ class CoordinatorProgram:
         kind = request.get("type")
         if kind == "init":
             self.control = request["control"]
-            self.coordinator = AsyncCoordinator(await self._stages(request["stages"]))
+            self.coordinator = self.coordinator_class(await self._stages(request["stages"]))
             self.coordinator.call_timeout = self.call_timeout
             return {"type": "init_ok"}
         coordinator = self.coordinator
@@ -164,12 +164,14 @@ class CoordinatorProgram:
         self.out.flush()
 
 
-async def serve(call_timeout: float, stdin: Any = None, out: Any = None) -> None:
-    """Answer the requests on ``stdin`` (default: standard input) until it closes."""
+async def serve(call_timeout: float, stdin: Any = None, out: Any = None,
+                coordinator: type[AsyncCoordinator] = AsyncCoordinator) -> None:
+    """Answer the requests on ``stdin`` (default: standard input) until it closes, with a
+    ``coordinator`` (a subclass of :class:`AsyncCoordinator`, to try a variant)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin)
-    program = CoordinatorProgram(call_timeout, out or sys.stdout)
+    program = CoordinatorProgram(call_timeout, out or sys.stdout, coordinator)
     tasks: set[asyncio.Task[None]] = set()
     while True:
         line = await reader.readline()
@@ -186,14 +188,14 @@ async def serve(call_timeout: float, stdin: Any = None, out: Any = None) -> None
     await program.client.aclose()
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None, coordinator: type[AsyncCoordinator] = AsyncCoordinator) -> int:
     p = argparse.ArgumentParser(prog="python3 -m fakeshard.testing.coordinator_program",
                                 description="The kit's reference async coordinator, as a coordinator program "
                                             "speaking the stdio protocol.")
     p.add_argument("--call-timeout", type=float, default=1.0,
                    help="seconds a node call may take before it is abandoned (default 1.0)")
     args = p.parse_args(argv)
-    asyncio.run(serve(args.call_timeout))
+    asyncio.run(serve(args.call_timeout, coordinator=coordinator))
     return 0
 
 
