@@ -48,8 +48,13 @@ ENGINE_MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
 #: The machines that test a coordinator: one call at a time (``coordinator``), and an async one
 #: with many sessions in flight over a cluster under a nemesis (``concurrent``).
 COORDINATOR_MACHINES = ("coordinator", "concurrent")
-#: Every machine.
+#: Every machine a campaign runs by default.
 MACHINES = ENGINE_MACHINES + COORDINATOR_MACHINES
+#: The machine that tests a coordinator program (``--coordinator-cmd``): the concurrent
+#: machine's scenarios over served nodes, in real time.
+PROGRAM_MACHINE = "program"
+#: Every machine there is.
+ALL_MACHINES = MACHINES + (PROGRAM_MACHINE,)
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
@@ -95,6 +100,8 @@ class CheckOptions:
     coordinator: Optional[str] = None
     #: The share of answered next_token requests the concurrent machine requires (``None``: none).
     availability: Optional[float] = None
+    #: The coordinator program the ``program`` machine runs (a command line; ``None``: none).
+    coordinator_cmd: Optional[str] = None
 
 
 @dataclass
@@ -155,10 +162,21 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     _need_kit()
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
-    unknown = [m for m in options.machines if m not in MACHINES]
+    unknown = [m for m in options.machines if m not in ALL_MACHINES]
     if unknown or not options.machines:
-        raise CheckError(f"--machines takes a comma-separated subset of {', '.join(MACHINES)}, "
+        raise CheckError(f"--machines takes a comma-separated subset of {', '.join(ALL_MACHINES)}, "
                          f"got {','.join(options.machines) or 'nothing'}")
+    if PROGRAM_MACHINE in options.machines and not options.coordinator_cmd:
+        raise CheckError("the program machine runs a coordinator program: give it with --coordinator-cmd")
+    if options.coordinator_cmd is not None:
+        import shlex
+
+        try:
+            argv = shlex.split(options.coordinator_cmd)
+        except ValueError as exc:
+            raise CheckError(f"--coordinator-cmd cannot be read as a command line: {exc}") from None
+        if not argv:
+            raise CheckError("--coordinator-cmd is empty: give the program and its arguments")
     for name in ("examples", "steps"):
         value = getattr(options, name)
         if value is not None and value < 1:
@@ -235,6 +253,8 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
         cmd.append(f"--coordinator={options.coordinator}")
     if options.availability is not None:
         cmd.append(f"--availability={options.availability}")
+    if options.coordinator_cmd is not None:
+        cmd.append(f"--coordinator-cmd={options.coordinator_cmd}")
     if options.workers > 1:
         cmd += ["-n", str(options.workers)]
     return cmd
@@ -309,7 +329,7 @@ def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckRes
     result.pytest_tail = "\n".join(log.read_text(encoding="utf-8").splitlines()[-30:])
     for path in sorted((out / "campaign").glob("*.summary.json")):
         result.machines.append(json.loads(path.read_text(encoding="utf-8")))
-    result.machines.sort(key=lambda m: MACHINES.index(m["machine"]))
+    result.machines.sort(key=lambda m: ALL_MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
     from fakeshard.testing import _probes as probes
@@ -365,7 +385,8 @@ def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
     machine the probes ``required``."""
     from fakeshard.testing._probes import COORDINATOR_SITUATIONS, SITUATIONS
 
-    return frozenset({"concurrent": SITUATIONS, "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
+    return frozenset({"concurrent": SITUATIONS, PROGRAM_MACHINE: SITUATIONS,
+                      "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
 
 
 def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:

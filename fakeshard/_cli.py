@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from fakeshard._check import CheckOptions
     from fakeshard.testing._concurrent import Replayed
     from fakeshard.testing._parallel import ParallelReplay
+    from fakeshard.testing._program import Replayed as ProgramReplayed
     from fakeshard.testing._regress import ReplayResult
     from fakeshard.testing._trace import Trace
 
@@ -35,10 +36,10 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (each xdist worker adds its index)")
     p.add_argument("--examples", type=int, default=None, help="examples per machine (default: the profile's)")
     p.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
-    from fakeshard._check import MACHINES
+    from fakeshard._check import ALL_MACHINES, MACHINES
 
     p.add_argument("--machines", type=_machines, default=None,
-                   help=f"comma-separated subset of {','.join(MACHINES)} (default: all)")
+                   help=f"comma-separated subset of {','.join(ALL_MACHINES)} (default: {','.join(MACHINES)})")
     p.add_argument("--engine", default=None,
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
@@ -58,6 +59,10 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
                         "machines (default: $FAKESHARD_COORDINATOR, else the kit's references); a synchronous "
                         "one runs in the coordinator machine, an async one in the concurrent machine; with it "
                         "and no --machines, only those two run")
+    p.add_argument("--coordinator-cmd", default=None, metavar="'CMD ARGS'",
+                   help="a coordinator program speaking the stdio protocol (any language), run by the program "
+                        "machine over served nodes on loopback in real time (default: "
+                        "$FAKESHARD_COORDINATOR_CMD); with it and no --machines, only that machine runs")
     p.add_argument("--availability", type=float, default=None, metavar="SHARE",
                    help="fail the concurrent machine when the share of next_token requests answered with a "
                         "token is below SHARE (0..1; default: reported only)")
@@ -82,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--engine", default=None, help="engine factory module:callable")
     replay.add_argument("--coordinator", default=None, metavar="MODULE:CALLABLE",
                         help="replay coordinator traces with this coordinator instead of the one they name")
+    replay.add_argument("--coordinator-cmd", default=None, metavar="'CMD ARGS'",
+                        help="run program traces again against this coordinator program instead of the one "
+                             "they name (in real time: the same scenario, not the same interleaving)")
     replay.add_argument("--html", default=None, type=Path, metavar="OUT.html",
                         help="also write the trace's timeline, one self-contained HTML page (one trace only)")
     serve = sub.add_parser("serve", help="run the nodes of a topology file on real sockets (HTTP API v1)")
@@ -102,18 +110,20 @@ def parser() -> argparse.ArgumentParser:
 
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":
     """The campaign that options from :func:`add_campaign_options` ask for."""
-    from fakeshard._check import COORDINATOR_MACHINES, CheckOptions
+    from fakeshard._check import COORDINATOR_MACHINES, PROGRAM_MACHINE, CheckOptions
     from fakeshard._factory import resolve_factory_name
 
     coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
-    machines = args.machines or (COORDINATOR_MACHINES if args.coordinator else CheckOptions.machines)
+    program = args.coordinator_cmd or os.environ.get("FAKESHARD_COORDINATOR_CMD") or None
+    machines = args.machines or ((PROGRAM_MACHINE,) if args.coordinator_cmd else
+                                 COORDINATOR_MACHINES if args.coordinator else CheckOptions.machines)
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,
         out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"),
         min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
-        availability=args.availability,
+        availability=args.availability, coordinator_cmd=program,
     )
 
 
@@ -208,6 +218,13 @@ def _replay(args: argparse.Namespace) -> int:
         sys.stderr.write(f"timeline of {path} written to {written}\n")
     status = 0
     for path, trace in traces:
+        if trace.machine == "program":
+            from fakeshard.testing._program import replay_program
+
+            rerun = replay_program(trace, factory, args.coordinator_cmd, tolerance=getattr(factory, "tolerance", 0.0))
+            sys.stdout.write(_program_report(path, trace, name, rerun, args.coordinator_cmd) + "\n")
+            status |= int(rerun.run.failure is not None)
+            continue
         if trace.machine == "concurrent":
             from fakeshard.testing._concurrent import replay_concurrent
 
@@ -245,6 +262,27 @@ def _concurrent_report(path: Path, trace: "Trace", name: str, again: "Replayed")
         lines.append(f"FAILS on {name} ({again.run.check}): {again.run.failure}")
     else:
         lines.append(f"passes on {name}; availability {again.run.availability:.3f}")
+    return "\n".join(lines)
+
+
+def _program_report(path: Path, trace: "Trace", name: str, again: "ProgramReplayed",
+                    command: "str | None") -> str:
+    from fakeshard.testing._concurrent import Scenario, timeline
+
+    scenario = Scenario.from_dict(trace.config["scenario"])
+    lines = [f"{path} (program machine, found on {trace.engine_factory} with "
+             f"{trace.config.get('coordinator_cmd')!r}, {trace.note or 'no note'})",
+             f"scenario: {scenario.describe()}"]
+    lines += [f"  {e.describe()}" for e in scenario.nemesis]
+    lines += [f"the run again with {command or trace.config.get('coordinator_cmd')!r} (real seconds; the same "
+              "scenario, not the same interleaving):", timeline(again.run.events)]
+    if again.run.failure is not None:
+        same = "the same check as the saved run" if again.same_check else \
+            f"not the saved run's check ({trace.config.get('check')})"
+        lines.append(f"FAILS on {name} ({again.run.check}, {same}): {again.run.failure}")
+    else:
+        lines.append(f"passes on {name} this time (the saved run failed {trace.config.get('check')}); "
+                     f"availability {again.run.availability:.3f}")
     return "\n".join(lines)
 
 

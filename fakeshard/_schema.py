@@ -1,4 +1,5 @@
-"""JSON Schemas (draft 2020-12) of every message on the wire and over HTTP API v1.
+"""JSON Schemas (draft 2020-12) of every message on the wire, over HTTP API v1, and of the
+stdio protocol of coordinator programs (``program_*``).
 
 ``python3 -m fakeshard schema`` prints them all as one document (each under
 ``$defs``); ``python3 -m fakeshard schema NAME`` prints one.  A coordinator
@@ -17,7 +18,7 @@ from fakeshard._contract import CONTRACT_VERSION
 from fakeshard._errors import ERROR_CODES
 from fakeshard._faults import MALFORMED_KINDS, OPS
 
-__all__ = ["SCHEMAS", "document", "schema"]
+__all__ = ["PROGRAM_SCHEMAS", "SCHEMAS", "document", "schema"]
 
 _I64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
 _NAT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
@@ -113,9 +114,65 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "frame_hidden": _object(None, {
         "dtype": {"enum": ["float32", "float16"]},
         "shape": {"type": "array", "prefixItems": [_DIM, _DIM], "items": False, "minItems": 2}}),
+    "call_log": _object("call_log", {
+        "first": _NAT, "next": _NAT, "now": _NUMBER, "node": {"type": "string"},
+        "calls": {"type": "array", "items": _object(None, {
+            "seq": _NAT, "node": {"type": "string"}, "op": {"enum": list(OPS)},
+            "session_id": {"type": ["string", "null"]}, "epoch": {"oneOf": [_I64, {"type": "null"}]},
+            "start_pos": {"oneOf": [_I64, {"type": "null"}]}, "positions": _NAT,
+            "received": _NUMBER, "answered": {"type": ["number", "null"]},
+            "outcome": {"enum": ["pending", "ok", "hung", "reset", "malformed_output", *ERROR_CODES]},
+            "fired": {"type": "array", "items": {"enum": ["Crash", "Delay", "DropResponse", "Malformed",
+                                                          "MemoryPressure"]}},
+            "held": _NUMBER, "after_wipe": {"type": "boolean"}})}}, optional=("node",)),
 }
 # A fault rule on its own also carries kind and contract: the body's fields plus those two.
 SCHEMAS["fault_rule"] = _object("fault_rule", dict(SCHEMAS["fault_rule_body"]["properties"]))
+
+
+# -- the stdio protocol of coordinator programs (docs/contract.md, "Coordinator programs") ---------
+
+_MSG_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
+_ADDRESS = _object(None, {"name": {"type": "string"}, "url": {"type": "string"},
+                          "start_layer": _NAT, "end_layer": _NAT})
+_STAGES = {"type": "array", "minItems": 1, "items": {"type": "array", "items": _ADDRESS}}
+
+
+def _message(kind: str, properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    return _object(None, {"type": {"const": kind}, **properties}, optional)
+
+
+def _request(kind: str, **properties: Any) -> dict[str, Any]:
+    return _message(kind, {"msg_id": _MSG_ID, **properties})
+
+
+def _answer(kind: str, **properties: Any) -> dict[str, Any]:
+    return _message(kind, {"in_reply_to": _MSG_ID, **properties})
+
+
+PROGRAM_SCHEMAS: dict[str, dict[str, Any]] = {
+    "program_init": _request("init", control={"type": "string"}, stages=_STAGES),
+    "program_start": _request("start", session_id=_SESSION, prompt={"type": "array", "items": _NAT, "minItems": 1}),
+    "program_next_token": _request("next_token", session_id=_SESSION),
+    "program_release": _request("release", session_id=_SESSION),
+    "program_nodes_changed": _request("nodes_changed", stages=_STAGES),
+    "program_init_ok": _answer("init_ok"),
+    "program_start_ok": _answer("start_ok"),
+    "program_next_token_ok": _answer("next_token_ok", token=_NAT),
+    "program_release_ok": _answer("release_ok"),
+    "program_nodes_changed_ok": _answer("nodes_changed_ok"),
+    "program_error": _answer("error", code={"type": "string", "minLength": 1}, message={"type": "string"}),
+}
+# A program's answers may carry fields of its own (the harness reads only those above).
+for _name, _schema in PROGRAM_SCHEMAS.items():
+    if _name.endswith(("_ok", "_error")):
+        _schema["additionalProperties"] = True
+SCHEMAS.update(PROGRAM_SCHEMAS)
+SCHEMAS["program_request"] = {"oneOf": [{"$ref": f"#/$defs/program_{k}"} for k in
+                                        ("init", "start", "next_token", "release", "nodes_changed")]}
+SCHEMAS["program_answer"] = {"oneOf": [{"$ref": f"#/$defs/program_{k}"} for k in
+                                       ("init_ok", "start_ok", "next_token_ok", "release_ok", "nodes_changed_ok",
+                                        "error")]}
 
 
 def document() -> dict[str, Any]:

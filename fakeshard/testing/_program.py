@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,8 +106,10 @@ class ProgramFailed(Exception):
 class _Program:
     """A started coordinator program and the requests in flight to it."""
 
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, transcript: Optional[list[dict[str, Any]]] = None) -> None:
         self.argv, self.log = argv, log
+        #: Where every request and answer goes as it passes, if given.
+        self.transcript = transcript
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         #: Requests whose asker stopped waiting: a late answer to one is no protocol error.
@@ -161,6 +164,8 @@ class _Program:
             except ValueError:
                 self._broke("protocol", f"the program wrote a line that is not JSON: {line[:200]!r}")
                 return
+            if self.transcript is not None:
+                self.transcript.append(message)
             reply_to = message.get("in_reply_to") if isinstance(message, dict) else None
             if type(reply_to) is int and reply_to in self.abandoned:
                 self.abandoned.discard(reply_to)
@@ -182,7 +187,10 @@ class _Program:
         msg_id = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[msg_id] = future
-        line = json.dumps({"type": kind, "msg_id": msg_id, **fields}, separators=(",", ":")) + "\n"
+        message = {"type": kind, "msg_id": msg_id, **fields}
+        if self.transcript is not None:
+            self.transcript.append(message)
+        line = json.dumps(message, separators=(",", ":")) + "\n"
         try:
             self.proc.stdin.write(line.encode("utf-8"))
             await self.proc.stdin.drain()
@@ -511,11 +519,12 @@ class _ProgramRunner(_Runner):
     """The concurrent machine's runner, against a program over a served cluster in real time."""
 
     def __init__(self, factory: Callable[..., Any], scenario: Scenario, argv: list[str], *,
-                 settings: ProgramSettings, log: Path, tolerance: float = 0.0) -> None:
+                 settings: ProgramSettings, log: Path, tolerance: float = 0.0,
+                 transcript: Optional[list[dict[str, Any]]] = None) -> None:
         super().__init__(factory, scenario, lambda *a, **k: None, tolerance)
         self.argv, self.settings, self.log = argv, settings, log
         self.request_timeout = settings.request_timeout
-        self.program = _Program(argv, log)
+        self.program = _Program(argv, log, transcript)
 
     def go(self) -> Run:
         from fakeshard.server._thread import ServerThread
@@ -626,15 +635,17 @@ def _argv(command: str) -> list[str]:
 
 def run_program_scenario(factory: Callable[..., Any], scenario: Scenario, command: str, *,
                          settings: ProgramSettings = ProgramSettings(), log: Optional[Path] = None,
-                         tolerance: float = 0.0) -> Run:
+                         tolerance: float = 0.0, transcript: Optional[list[dict[str, Any]]] = None) -> Run:
     """Run ``scenario`` against the coordinator program ``command`` (a shell-quoted command
     line) over nodes from ``factory`` served on loopback; the run, ``failure`` set at the first
-    broken check.  The program's standard error goes to ``log`` (else a temporary file)."""
+    broken check.  The program's standard error goes to ``log`` (else a temporary file); every
+    request and answer, to ``transcript`` if given."""
     if log is None:
         fd, name = tempfile.mkstemp(prefix="fakeshard-program-", suffix=".log")
         os.close(fd)
         log = Path(name)
-    return _ProgramRunner(factory, scenario, _argv(command), settings=settings, log=log, tolerance=tolerance).go()
+    return _ProgramRunner(factory, scenario, _argv(command), settings=settings, log=log, tolerance=tolerance,
+                          transcript=transcript).go()
 
 
 def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str, settings: ProgramSettings,
@@ -652,12 +663,6 @@ def program_examples(settings: Any) -> int:
     return max(settings.max_examples // 25, 4)
 
 
-def _log_dir(save_dir: Any) -> Path:
-    base = Path(save_dir) if save_dir is not None else Path(tempfile.gettempdir())
-    base.mkdir(parents=True, exist_ok=True)
-    return base
-
-
 def run_program(config: Any, command: str, *, settings: Any = None, program: ProgramSettings = ProgramSettings(),
                 save_dir: Any = None, seed: Optional[int] = None, availability: Optional[float] = None,
                 reduce_failure: Optional[bool] = None) -> Run:
@@ -668,24 +673,35 @@ def run_program(config: Any, command: str, *, settings: Any = None, program: Pro
     :data:`CONFIRM_RUNS` times to say how often it fails again, save its trace under
     ``save_dir`` and raise :class:`ConcurrentFailure`.
     """
+    from hypothesis import settings as Settings
+
+    from fakeshard.testing._lengths import MANY_HOPS, longest_prompt
+
+    _argv(command)
+    settings = settings if settings is not None else Settings.default
+    longest = longest_prompt(config.max_positions, config.hidden_size, share=MANY_HOPS)
+    with tempfile.TemporaryDirectory(prefix="fakeshard-program-") as logs:
+        return _campaign(config, command, settings, program, save_dir, seed, availability, reduce_failure,
+                         longest, Path(logs))
+
+
+def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings, save_dir: Any,
+              seed: Optional[int], availability: Optional[float], reduce_failure: Optional[bool], longest: int,
+              logs: Path) -> Run:
     from hypothesis import HealthCheck, Phase, given
     from hypothesis import settings as Settings
 
     from fakeshard.testing import _profiles as profiles
     from fakeshard.testing._draws import search_until_found
-    from fakeshard.testing._lengths import MANY_HOPS, longest_prompt
 
-    _argv(command)
-    settings = settings if settings is not None else Settings.default
     total = Run()
     found: list[tuple[Scenario, Run]] = []
-    longest = longest_prompt(config.max_positions, config.hidden_size, share=MANY_HOPS)
-    logs = _log_dir(save_dir)
     counter = itertools.count()
+    last_log = [logs / "none.log"]
 
     def once(sc: Scenario) -> Run:
-        return run_program_scenario(config.factory, sc, command, settings=program,
-                                    log=logs / f"program-{os.getpid()}-{next(counter)}.log",
+        last_log[0] = logs / f"run-{next(counter)}.log"
+        return run_program_scenario(config.factory, sc, command, settings=program, log=last_log[0],
                                     tolerance=config.tolerance)
 
     @Settings(settings, max_examples=program_examples(settings), phases=[Phase.explicit, Phase.generate],
@@ -727,9 +743,11 @@ def run_program(config: Any, command: str, *, settings: Any = None, program: Pro
 
     if reduce_failure:
         scenario = reduce(scenario, fails, budget=REDUCE_BUDGET)
-    confirm = [once(scenario) for _ in range(CONFIRM_RUNS)]
-    again = [r for r in confirm if r.check == check]
-    run = again[0] if again else run
+    confirm = []
+    for _ in range(CONFIRM_RUNS):
+        confirm.append((once(scenario), last_log[0]))
+    again = [(r, path) for r, path in confirm if r.check == check]
+    run, log = again[0] if again else (run, last_log[0])
     note = (f"real time: the reduced scenario failed {check} again in {len(again)} of {CONFIRM_RUNS} re-runs"
             + (f"; the reduction re-ran {tried[0]} candidates, {tried[1]} of which failed again" if tried[0] else ""))
     evidence = getattr(config.factory, "evidence_class", "fixture")
@@ -740,6 +758,11 @@ def run_program(config: Any, command: str, *, settings: Any = None, program: Pro
     path = keep(trace, config, save_dir)
     if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
+        try:
+            shutil.copyfile(log, path.with_suffix(".log"))
+            message += f", the program's log of that run to {path.with_suffix('.log')}"
+        except OSError:
+            pass
     config.last_failure = trace
     raise ConcurrentFailure(message, trace)
 

@@ -302,13 +302,13 @@ def history_of(trace: Trace, factory: Callable[..., Any], factory_name: str,
                tolerance: float = 0.0) -> dict[str, Any]:
     """The history a page draws for ``trace``, on ``factory``'s engines (sequential traces are
     replayed to read the model's state; parallel ones re-checked; concurrent ones read as saved)."""
-    unit = {"parallel": "tick", "concurrent": "virtual second"}.get(trace.machine, "step")
+    unit = {"parallel": "tick", "concurrent": "virtual second", "program": "second"}.get(trace.machine, "step")
     builder = _Builder(f"{trace.machine} trace, found on {trace.engine_factory}", trace.machine, unit)
     builder.data["note"] = trace.note
     builder.data["saved_failure"] = trace.failure
     if trace.machine == "parallel":
         _parallel(trace, factory, builder)
-    elif trace.machine == "concurrent":
+    elif trace.machine in ("concurrent", "program"):  # a program's run: the same history, in real time
         _concurrent(trace, builder)
     else:
         _sequential(trace, factory, factory_name, tolerance, builder)
@@ -324,6 +324,8 @@ def history_of(trace: Trace, factory: Callable[..., Any], factory_name: str,
 STATE_NOTES = {
     "concurrent": "the concurrent machine keeps no sequential model: its checks compare each session's "
                   "tokens with the fault-free stream and read the nodes' call logs",
+    "program": "a coordinator program's run keeps no sequential model: its checks compare each session's "
+               "tokens with the fault-free stream and read the served nodes' call log",
     "coordinator": "a node call's state is not read: the step's state is what every node holds after it",
     "failover": "a route attempt's state is not read: the step's state is the reference coordinator's",
     "parallel": "a call outside the order the checker found has no state of its own",

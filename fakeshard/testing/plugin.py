@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -41,6 +41,8 @@ from fakeshard._pipeline import Pipeline
 
 #: The environment variable that names a coordinator factory.
 COORDINATOR_ENV_VAR = "FAKESHARD_COORDINATOR"
+#: The environment variable that names a coordinator program's command line.
+PROGRAM_ENV_VAR = "FAKESHARD_COORDINATOR_CMD"
 #: The coordinator used when none is named.
 DEFAULT_COORDINATOR = "fakeshard.testing:reference"
 #: The model of the ``fake_pipeline`` and ``cluster`` fixtures: six layers over three stages.
@@ -68,6 +70,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"else {DEFAULT_COORDINATOR}); an async one is tested by the concurrent machine",
     )
     group.addoption(
+        "--coordinator-cmd", default=None,
+        help=f"a coordinator program speaking the stdio protocol, as one shell-quoted command line "
+        f"(default: ${PROGRAM_ENV_VAR}); the program machine runs it over served nodes on loopback",
+    )
+    group.addoption(
         "--availability", type=float, default=None,
         help="the concurrent machine fails a campaign whose share of next_token requests answered "
         "with a token is below this (0..1; default: reported, not required)",
@@ -83,6 +90,8 @@ class KitRun:
     classes: dict[str, str]
     #: The coordinator factory's name (``--coordinator``).
     coordinator_name: str
+    #: The coordinator program's command line (``--coordinator-cmd``; ``None``: none).
+    coordinator_cmd: Optional[str] = None
     #: What the campaign's machines reached, by factory name, and which machines ran.
     probes: dict[str, Counter[str]] = field(default_factory=dict)
     machines_ran: set[tuple[str, str]] = field(default_factory=set)
@@ -106,7 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     classes = {n: evidence_class_of(f) for n, f in factories.items()}
     coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
-    config.stash[RUN] = KitRun(factories, classes, coordinator)
+    program = config.getoption("--coordinator-cmd") or os.environ.get(PROGRAM_ENV_VAR) or None
+    config.stash[RUN] = KitRun(factories, classes, coordinator, program)
     _profiles(config)
 
 

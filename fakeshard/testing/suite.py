@@ -25,12 +25,13 @@ from fakeshard.testing._failover import FailoverMachine
 from fakeshard.testing._lengths import longest_of
 from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
 from fakeshard.testing._parallel import run_parallel
+from fakeshard.testing._program import run_program
 from fakeshard.testing._regress import run_machine
 from fakeshard.testing._surface import SurfaceMachine
 from fakeshard.testing.plugin import RUN
 
 __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "test_machine",
-           "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel"]
+           "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel", "test_machine_program"]
 
 
 @pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
@@ -121,6 +122,33 @@ def test_machine_concurrent(engine_factory, engine_factory_name, coordinator_fac
     try:
         total = run_concurrent(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
                                availability=request.config.getoption("--availability"))
+        failed = False
+        notes = total.notes()
+    except ConcurrentFailure as exc:
+        pytest.fail(str(exc), pytrace=False)
+    finally:
+        if reporter is not None:
+            reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name],
+                            notes)
+    assert config.runs > 0 and total.next_requests > 0
+
+
+def test_machine_program(engine_factory, engine_factory_name, request):
+    """Machine ``program``: a coordinator program (``--coordinator-cmd``, any language, speaking
+    the stdio protocol) over nodes from the factory served on loopback, in real time, under a
+    nemesis acting through the control API; the concurrent machine's checks, judged from the
+    nodes' call log."""
+    run = request.config.stash[RUN]
+    if not run.coordinator_cmd:
+        pytest.skip("no coordinator program: give one with --coordinator-cmd")
+    reporter = reporter_for("program")
+    config = MachineConfig.for_factory(engine_factory, engine_factory_name,
+                                       on_step=reporter.tick if reporter else None)
+    before = probes.reached.copy()
+    failed, notes = True, []
+    try:
+        total = run_program(config, run.coordinator_cmd, settings=machine_settings(), save_dir=traces_dir(),
+                            seed=worker_seed(), availability=request.config.getoption("--availability"))
         failed = False
         notes = total.notes()
     except ConcurrentFailure as exc:

@@ -1,0 +1,273 @@
+"""Coordinator programs over real sockets: the stdio protocol, the harness, the reference
+program, the Node.js example, the planted programs, the call log and the command line."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fakeshard import FakeShardEngine, FaultPlan, ShardSpec, TokenBundle
+from fakeshard._cli import main as cli
+from fakeshard._schema import schema
+from fakeshard.remote import RemoteShardEngine
+from fakeshard.server._thread import ServerThread
+from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._concurrent import Client, ConcurrentFailure, Round, Scenario
+from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._program import ProgramSettings, run_program, run_program_scenario
+from fakeshard.testing._sim import Nemesis
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANTED = ROOT / "tests" / "planted_programs"
+REFERENCE = f"{shlex.quote(sys.executable)} -m fakeshard.testing.coordinator_program"
+NODE = shutil.which("node")
+EXAMPLE = f"node {shlex.quote(str(ROOT / 'examples' / 'node-coordinator' / 'coordinator.mjs'))}"
+needs_node = pytest.mark.skipif(NODE is None, reason="needs node (Node.js 18 or later) on PATH")
+
+#: Two clients over two stages of two replicas, a crash and a partition that hangs.
+SMALL = Scenario(seed=3, stages=2, replicas=2, capacity=None, plans=(FaultPlan(),) * 4,
+                 clients=(Client("a", 0.0, (Round([1, 2, 3], 3),)),
+                          Client("b", 0.1, (Round([4], 2), Round([5, 6], 2, stop=1, stop_after=0.01)))),
+                 nemesis=(Nemesis(0.2, "crash", node=2, restart_after=0.4),
+                          Nemesis(0.3, "partition", node=1, mode="hang", duration=1.0)))
+ONE = Scenario(seed=0, stages=1, replicas=1, capacity=None, plans=(FaultPlan(),),
+               clients=(Client("a", 0.0, (Round([1], 1),)),))
+QUICK = ProgramSettings(request_timeout=5.0, settle=2.0)
+
+
+def python_program(tmp_path: Path, body: str) -> str:
+    """A program in Python whose ``answer(request)`` is ``body``; its command line."""
+    path = tmp_path / "program.py"
+    path.write_text(textwrap.dedent("""\
+        import json, sys
+        def reply(request, kind, **fields):
+            sys.stdout.write(json.dumps({"type": kind, "in_reply_to": request["msg_id"], **fields}) + "\\n")
+            sys.stdout.flush()
+        for line in sys.stdin:
+            request = json.loads(line)
+        """) + textwrap.indent(textwrap.dedent(body), "    "), encoding="utf-8")
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(path))}"
+
+
+# -- the protocol, judged ------------------------------------------------------------------------
+
+def test_the_reference_program_passes_a_small_run_and_speaks_the_schemas():
+    jsonschema = pytest.importorskip("jsonschema")
+    transcript: list = []
+    run = run_program_scenario(FakeShardEngine, SMALL, REFERENCE, transcript=transcript)
+    assert run.failure is None, run.failure
+    assert run.answered > 0
+    kinds = {m["type"] for m in transcript}
+    assert {"init", "init_ok", "start", "start_ok", "next_token", "next_token_ok", "release", "release_ok"} <= kinds
+    for message in transcript:
+        jsonschema.validate(message, schema("program_request" if "msg_id" in message else "program_answer"))
+    # The nodes saw the calls: the run's calls are the cluster's call log, in real seconds.
+    assert any(c["op"] == "prefill" and c["outcome"] == "ok" for c in run.calls)
+    assert all(c["sent"] >= 0 for c in run.calls)
+
+
+def test_a_line_that_is_not_json_fails_the_run_as_a_protocol_error(tmp_path):
+    cmd = python_program(tmp_path, """\
+        if request["type"] == "init":
+            reply(request, "init_ok")
+        else:
+            print("starting session", request.get("session_id"), flush=True)
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.check == "protocol"
+    assert "not JSON" in run.failure and "starting session" in run.failure
+
+
+def test_an_answer_of_the_wrong_type_is_a_protocol_error(tmp_path):
+    cmd = python_program(tmp_path, """\
+        reply(request, "init_ok" if request["type"] == "init" else "ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.check == "protocol" and "start_ok or error" in run.failure
+
+
+def test_an_answer_to_no_request_in_flight_is_a_protocol_error(tmp_path):
+    cmd = python_program(tmp_path, """\
+        request["msg_id"] += 1000
+        reply(request, request["type"] + "_ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.check == "protocol" and "in_reply_to" in run.failure
+
+
+def test_a_program_that_exits_fails_the_run_and_its_log_is_quoted(tmp_path):
+    cmd = python_program(tmp_path, """\
+        if request["type"] == "init":
+            reply(request, "init_ok")
+        else:
+            sys.stderr.write("no route to any node\\n")
+            sys.exit(3)
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK, log=tmp_path / "program.log")
+    assert run.check == "exited"
+    assert "status 3" in run.failure and "no route to any node" in run.failure
+
+
+def test_a_program_that_cannot_start_is_reported(tmp_path):
+    run = run_program_scenario(FakeShardEngine, ONE, str(tmp_path / "no-such-program"), settings=QUICK)
+    assert run.check == "exited" and "could not start" in run.failure
+
+
+def test_a_request_left_unanswered_fails_the_run_after_the_stated_timeout(tmp_path):
+    cmd = python_program(tmp_path, """\
+        if request["type"] in ("init", "start"):
+            reply(request, request["type"] + "_ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=ProgramSettings(request_timeout=1.0))
+    assert run.check == "unanswered" and "unanswered for 1 s" in run.failure
+
+
+def test_gave_up_is_judged_by_the_budget(tmp_path):
+    cmd = python_program(tmp_path, """\
+        if request["type"] == "next_token":
+            reply(request, "error", code="gave_up", message="no node answers")
+        else:
+            reply(request, request["type"] + "_ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.check == "gave_up" and "0 failures" in run.failure
+
+
+def test_a_token_off_the_stream_fails_the_stream_check(tmp_path):
+    cmd = python_program(tmp_path, """\
+        if request["type"] == "next_token":
+            reply(request, "next_token_ok", token=63)
+        else:
+            reply(request, request["type"] + "_ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    expected = FakeShardEngine(ShardSpec("concurrent-model", 2, 0, 2, hidden_size=4, vocab_size=64))
+    if expected.prefill(TokenBundle("a", 0, 0, (1,))).token == 63:
+        pytest.skip("the fixture's greedy token happens to be 63")
+    assert run.check == "stream"
+
+
+# -- campaigns -----------------------------------------------------------------------------------
+
+def _campaign(command: str, tmp_path: Path, **kwargs):
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    return config, run_program(config, command, settings=profiles.get("ci"), save_dir=tmp_path, **kwargs)
+
+
+def test_the_reference_program_passes_a_ci_campaign(tmp_path):
+    config, total = _campaign(REFERENCE, tmp_path)
+    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+
+
+@needs_node
+def test_the_node_example_passes_a_ci_campaign(tmp_path):
+    config, total = _campaign(EXAMPLE, tmp_path)
+    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+
+
+def _planted(name: str) -> str:
+    path = shlex.quote(str(PLANTED / name))
+    return f"node {path}" if name.endswith(".mjs") else f"{shlex.quote(sys.executable)} {path}"
+
+
+#: Each planted program and the check its bug breaks.
+PLANTED_PROGRAMS = {
+    "replay_same_epoch.mjs": ("gave_up", "budget"),
+    "release_only_tail.mjs": ("release",),
+    "no_retry_on_reset.mjs": ("gave_up",),
+    "no_call_timeout.mjs": ("unanswered",),
+    "node_left_kept.mjs": ("gone_node",),
+    "crossed_answers.py": ("stream",),
+    "token_fed_twice.py": ("stream",),
+    "release_first_epoch.py": ("release", "leak"),
+}
+
+
+def test_every_planted_program_is_listed():
+    assert sorted(PLANTED_PROGRAMS) == sorted(p.name for p in PLANTED.iterdir() if p.suffix in (".py", ".mjs"))
+    assert sum(name.endswith(".mjs") for name in PLANTED_PROGRAMS) * 2 >= len(PLANTED_PROGRAMS) >= 8
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_PROGRAMS))
+def test_a_planted_program_is_caught_under_ci(name, tmp_path):
+    if name.endswith(".mjs") and NODE is None:
+        pytest.skip("needs node (Node.js 18 or later) on PATH")
+    with pytest.raises(ConcurrentFailure) as caught:
+        _campaign(_planted(name), tmp_path, reduce_failure=False)
+    trace = caught.value.trace
+    assert trace is not None and trace.machine == "program"
+    assert trace.config["check"] in PLANTED_PROGRAMS[name], str(caught.value)
+    assert "re-runs" in trace.note
+    saved = sorted(tmp_path.glob("program-*.json"))
+    assert saved and saved[0].with_suffix(".html").exists() and saved[0].with_suffix(".log").exists()
+
+
+def test_a_saved_program_trace_runs_again_and_the_reference_passes_it(tmp_path, capsys):
+    with pytest.raises(ConcurrentFailure):
+        _campaign(_planted("release_first_epoch.py"), tmp_path, reduce_failure=True)
+    (saved,) = tmp_path.glob("program-*.json")
+    assert cli(["replay", str(saved)]) == 1
+    out = capsys.readouterr().out
+    assert "program machine" in out and "FAILS on" in out
+    assert cli(["replay", str(saved), "--coordinator-cmd", REFERENCE]) == 0
+    assert "passes on" in capsys.readouterr().out
+
+
+# -- the call log --------------------------------------------------------------------------------
+
+def test_the_call_log_keeps_every_call_a_node_was_sent_and_how_it_ended():
+    jsonschema = pytest.importorskip("jsonschema")
+    server = ServerThread(FakeShardEngine)
+    try:
+        spec = ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64)
+        node = server.add(spec)
+        control = server.cluster.control_url
+        engine = RemoteShardEngine(node.url, timeout=0.5)
+        engine.prefill(TokenBundle("a", 0, 0, (1, 2, 3)))
+        engine.release("a", 0)
+        with pytest.raises(Exception):
+            engine.decode(TokenBundle("a", 0, 3, (4,)))
+        httpx.post(f"{control}/v1/nodes/{node.name}/partition", json={"mode": "hang"})
+        with pytest.raises(Exception):
+            engine.decode(TokenBundle("a", 0, 3, (4,)))
+        httpx.delete(f"{control}/v1/nodes/{node.name}/partition")
+        log = httpx.get(f"{control}/v1/calls").json()
+        jsonschema.validate(log, schema("call_log"))
+        calls = log["calls"]
+        assert [(c["op"], c["session_id"], c["epoch"], c["outcome"]) for c in calls] == [
+            ("prefill", "a", 0, "ok"), ("release", "a", 0, "ok"), ("decode", "a", 0, "released"),
+            ("decode", "a", 0, "hung")]
+        assert calls[0]["start_pos"] == 0 and calls[0]["positions"] == 3
+        assert calls[3]["answered"] is None and calls[0]["answered"] >= calls[0]["received"]
+        later = httpx.get(f"{control}/v1/nodes/{node.name}/calls", params={"since": 2}).json()
+        assert [c["seq"] for c in later["calls"]] == [2, 3] and later["next"] == 4 and later["node"] == node.name
+        bad = httpx.get(f"{control}/v1/calls", params={"since": "-1"})
+        assert bad.status_code == 400 and bad.json()["code"] == "bad_request" and "since" in bad.json()["message"]
+        assert httpx.get(f"{control}/v1/nodes/nobody/calls").status_code == 404
+    finally:
+        server.close()
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+def test_check_refuses_the_program_machine_without_a_program(capsys):
+    assert cli(["check", "--machines", "program"]) == 2
+    assert "--coordinator-cmd" in capsys.readouterr().err
+
+
+def test_check_refuses_an_empty_program(capsys):
+    assert cli(["check", "--coordinator-cmd", "  "]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_the_schema_command_prints_the_protocol(capsys):
+    assert cli(["schema", "program_next_token_ok"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["properties"]["type"] == {"const": "next_token_ok"} and "token" in doc["required"]
