@@ -14,12 +14,20 @@ would meet them; the client is this process's ``RemoteShardEngine``.
 * decode steps per second with ``--clients`` concurrent clients, each on its
   own session;
 * the server's resident memory before and after ``--sessions`` sessions of
-  16 positions each (Linux ``/proc``).
+  16 positions each (Linux ``/proc``);
+* the server process's own CPU time per decode call (``/proc/PID/stat``),
+  with ``--keepalive-clients`` standard-library keep-alive clients each
+  sending ``--calls`` JSON decodes to one node, over the same figure for the
+  echo endpoint (goal: at most 50 us per decode);
+* the wall time of a ``ci`` campaign of the reference coordinator program
+  (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
+  skips it).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -56,6 +64,44 @@ def _rss_kib(pid: int) -> int:
     return -1
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The process's own CPU time (user + system), from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu_per_call(pid: int, url: str, clients: int, calls: int, body_of) -> float:
+    """Microseconds of the server's CPU per call: ``clients`` keep-alive clients (each its own
+    thread and connection) each POST ``body_of(client, i)`` to ``url`` for ``i`` in
+    ``range(calls)`` (bodies are built before the clock starts)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    failures = []
+    bodies = [[body_of(k, i) for i in range(calls)] for k in range(clients)]
+
+    def client(mine: list[bytes]) -> None:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            for body in mine:
+                conn.request("POST", parts.path, body=body, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                if response.status != 200:
+                    failures.append(response.status)
+        finally:
+            conn.close()
+    threads = [threading.Thread(target=client, args=(b,)) for b in bodies]
+    before = _cpu_seconds(pid)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    used = _cpu_seconds(pid) - before
+    assert not failures, f"{len(failures)} calls answered {sorted(set(failures))}"
+    return used / (clients * calls) * 1e6
+
+
 def _median_us(fn, repeats: int) -> float:
     samples = []
     for _ in range(repeats):
@@ -71,6 +117,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--keepalive-clients", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--no-campaign", action="store_true")
     args = parser.parse_args(argv)
     wide = ShardSpec("bench-remote", 6, 0, 6, hidden_size=4096, vocab_size=32000)
     topology = {"model": {"model_id": wide.model_id, "n_layers": 6, "hidden_size": 4096, "vocab_size": 32000},
@@ -153,10 +202,38 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 full.prefill(TokenBundle(f"m{i}", 0, 0, tuple(range(16))))
             after = _rss_kib(server_pid)
             held = full.used_tokens
+
+            # 5. the server's own CPU per JSON decode call, with many keep-alive clients (bounded
+            # in count): each client decodes its own session, one position a call; the echo
+            # endpoint answering the same bodies is the baseline.
+            clients, calls = args.keepalive_clients, args.calls
+            for k in range(clients):
+                full.prefill(TokenBundle(f"cpu{k}", 0, 0, (k % 64,)))
+
+            def decode_body(k: int, i: int) -> bytes:
+                return wire.dumps(TokenBundle(f"cpu{k}", 0, 1 + i, ((k + i) % 64,))).encode()
+            decode_cpu_us = _server_cpu_per_call(server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode",
+                                                 clients, calls, decode_body)
+            echo_cpu_us = _server_cpu_per_call(echo.pid, echo_url, clients, calls, decode_body)
+            for k in range(clients):
+                full.release(f"cpu{k}", 0)
     finally:
         for proc in procs:
             proc.terminate()
             proc.communicate(timeout=10)
+
+    # 6. a ci campaign of the reference coordinator program, wall time.
+    campaign_s = None
+    if not args.no_campaign:
+        from fakeshard.testing import _profiles as profiles
+        from fakeshard.testing._machines import MachineConfig
+        from fakeshard.testing._program import run_program
+
+        config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+        t0 = time.monotonic()
+        run_program(config, f"{sys.executable} -m fakeshard.testing.coordinator_program",
+                    settings=profiles.get("ci"))
+        campaign_s = time.monotonic() - t0
 
     figures = {
         "echo_round_trip_us": round(echo_us, 1),
@@ -171,6 +248,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "server_rss_after_mib": round(after / 1024, 1),
         "sessions": args.sessions,
         "positions_held": held,
+        "server_cpu_per_decode_us": round(decode_cpu_us, 1),
+        "server_cpu_per_echo_us": round(echo_cpu_us, 1),
+        "decode_cpu_over_echo": round(decode_cpu_us / echo_cpu_us, 2),
+        "keepalive_clients": args.keepalive_clients,
+        "program_ci_campaign_s": None if campaign_s is None else round(campaign_s, 1),
     }
     print(f"loopback, nodes in a separate `fakeshard serve`; python {platform.python_version()} on "
           f"{platform.machine()}, {os.cpu_count()} cores")
@@ -182,6 +264,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"  decode steps/s, {args.clients} concurrent clients   {steps_per_s:9.0f}")
     print(f"  server RSS: {before / 1024:.1f} MiB, then {after / 1024:.1f} MiB holding {args.sessions} sessions "
           f"({held} positions)")
+    print(f"  server CPU per JSON decode, {args.keepalive_clients} keep-alive clients "
+          f"{decode_cpu_us:7.1f} us   {decode_cpu_us / echo_cpu_us:5.2f}x echo's {echo_cpu_us:.1f} us (goal <= 50 us)")
+    if campaign_s is not None:
+        print(f"  ci campaign of the reference coordinator program   {campaign_s:7.1f} s")
     print(json.dumps(figures))
     return figures
 
