@@ -209,13 +209,16 @@ def test_a_planted_program_is_caught_under_ci(name, tmp_path):
     assert saved and saved[0].with_suffix(".html").exists() and saved[0].with_suffix(".log").exists()
 
 
+@needs_node
 def test_a_saved_program_trace_runs_again_and_the_reference_passes_it(tmp_path, capsys):
+    # A bug every run of a multi-stage scenario shows, so the replay fails again whatever the
+    # interleaving (a real-time replay is the same scenario, not the same interleaving).
     with pytest.raises(ConcurrentFailure):
-        _campaign(_planted("release_first_epoch.py"), tmp_path, reduce_failure=True)
+        _campaign(_planted("release_only_tail.mjs"), tmp_path, reduce_failure=True)
     (saved,) = tmp_path.glob("program-*.json")
     assert cli(["replay", str(saved)]) == 1
     out = capsys.readouterr().out
-    assert "program machine" in out and "FAILS on" in out
+    assert "program machine" in out and "FAILS on" in out and "the same check as the saved run" in out
     assert cli(["replay", str(saved), "--coordinator-cmd", REFERENCE]) == 0
     assert "passes on" in capsys.readouterr().out
 
