@@ -78,4 +78,3 @@ def describe(op: str, bundle: Any) -> tuple[Any, Any, Any, int]:
             break
     return (getattr(bundle, "session_id", None), getattr(bundle, "epoch", None),
             getattr(bundle, "start_pos", None), positions)
-
