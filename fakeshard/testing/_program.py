@@ -55,7 +55,7 @@ from fakeshard.testing._concurrent import (
     scenarios,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
-from fakeshard.testing._sim import Call, Nemesis, ranges
+from fakeshard.testing._sim import Call, NemesisWorld, ranges
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
 
 __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
@@ -297,14 +297,15 @@ class _RealTimeLoop(asyncio.SelectorEventLoop):
         return super().time() - self.origin
 
 
-class _ServedWorld:
+class _ServedWorld(NemesisWorld):
     """A served cluster as the concurrent machine's runner sees a world (see :class:`_sim.World`)."""
 
     gone_grace = GONE_GRACE
 
     def __init__(self, loop: _RealTimeLoop, control: str, http: Any, spec: ShardSpec, scenario: Scenario,
                  scale: float) -> None:
-        self.loop, self.control, self.http, self.spec = loop, control, http, spec
+        self.loop: _RealTimeLoop = loop
+        self.control, self.http, self.spec = control, http, spec
         self.scenario, self.scale = scenario, scale
         self.ranges = ranges(scenario.stages, LAYERS_PER_STAGE)
         self.nodes: list[_Node] = []
@@ -315,11 +316,13 @@ class _ServedWorld:
         self.on_call: Optional[Callable[[Call], None]] = None
         self.on_nodes_changed: Optional[Callable[[Any], Any]] = None
         self._by_seq: dict[int, Call] = {}
+        #: The call log's numbers of the calls not ended yet.
+        self._pending: set[int] = set()
         self._cursor = 0
         self._names: dict[str, int] = {}
         self._views: dict[tuple[int, str], Optional[_View]] = {}
         self._used: dict[int, int] = {}
-        self._later_tasks: set[asyncio.Task[Any]] = set()
+        self.in_flight: set[asyncio.Task[Any]] = set()
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -393,16 +396,17 @@ class _ServedWorld:
                             e["start_pos"], e["positions"], sent=self._time(e["received"]) or 0.0,
                             arrived=self._time(e["received"]))
                 self._by_seq[e["seq"]] = call
+                self._pending.add(e["seq"])
                 self.calls.append(call)
                 self.by_session.setdefault(call.session_id, []).append(call)
             if call.outcome == "pending" and e["outcome"] != "pending":
+                self._pending.discard(e["seq"])
                 call.outcome = e["outcome"]
                 call.answered = call.done = self._time(e["answered"])
                 call.fired, call.held, call.after_wipe = tuple(e["fired"]), e["held"], e["after_wipe"]
                 if self.on_call is not None:
                     self.on_call(call)
-        pending = [seq for seq, c in self._by_seq.items() if c.outcome == "pending"]
-        self._cursor = min(pending) if pending else log["next"]
+        self._cursor = min(self._pending) if self._pending else log["next"]
 
     def _reachable(self) -> list[_Node]:
         return [n for n in self.nodes if not n.removed and n.partition is None]
@@ -430,64 +434,30 @@ class _ServedWorld:
                 pass  # a partitioned node keeps what it was last seen to hold
         await asyncio.gather(*(one(n) for n in self.nodes if not n.removed))
 
-    # -- the nemesis ---------------------------------------------------------------------------
-
-    async def run_nemesis(self, schedule: list[Nemesis]) -> None:
-        for event in sorted(schedule, key=lambda e: e.at):
-            delay = event.at * self.scale - self.loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self.apply(event)
-
-    def _later(self, delay: float, action: Callable[[], Any]) -> None:
-        async def later() -> None:
-            await asyncio.sleep(delay)
-            await action()
-        task = self.loop.create_task(later())
-        self._later_tasks.add(task)
-        task.add_done_callback(self._later_tasks.discard)
+    # -- the nemesis (when and what: :class:`NemesisWorld`; how: the control API) -----------------
 
     async def drain(self) -> None:
         """Wait for the restarts, heals and stops the nemesis scheduled."""
-        while self._later_tasks:
-            await asyncio.gather(*list(self._later_tasks))
+        while self.in_flight:
+            await asyncio.gather(*list(self.in_flight))
 
-    async def apply(self, event: Nemesis) -> None:
-        if event.kind == "join":
-            node = await self._add(event.stage or 0, None)
-            self.record("nemesis", kind="join", node=node.index, stage=node.stage)
-            await self._announce()
-            return
-        if event.node is None or not 0 <= event.node < len(self.nodes):
-            self.record("nemesis", kind=event.kind, node=event.node, skipped="no such node")
-            return
-        node = self.nodes[event.node]
-        if node.removed:
-            self.record("nemesis", kind=event.kind, node=node.index, skipped="the node left")
-            return
-        if event.kind == "crash":
-            response = await self._control("POST", f"/v1/nodes/{node.name}/crash")
-            if response.status_code != 200:
-                self.record("nemesis", kind="crash", node=node.index, skipped=response.json().get("message", ""))
-                return
-            self.record("nemesis", kind="crash", node=node.index)
-            if event.restart_after is not None:
-                self._later(event.restart_after * self.scale, lambda: self._restart(node))
-        elif event.kind == "partition":
-            await self._control("POST", f"/v1/nodes/{node.name}/partition", {"mode": event.mode})
-            node.partition = event.mode
-            self.record("nemesis", kind="partition", node=node.index, mode=event.mode)
-            self._later((event.duration or 0.0) * self.scale, lambda: self._heal(node, event.mode))
-        else:  # leave; a stage keeps one node at least
-            if not any(o is not node and o.stage == node.stage and not o.removed for o in self.nodes):
-                self.record("nemesis", kind="leave", node=node.index, skipped="the stage's last node")
-                return
-            node.removed = True
-            self.record("nemesis", kind="leave", node=node.index)
-            if await self._announce():
-                node.told_gone = self.loop.time()
-            # A node that left may serve a moment longer (it drains): calls it still gets are logged.
-            self._later(LINGER, lambda: self._stop(node))
+    async def _join(self, stage: int) -> _Node:
+        return await self._add(stage, None)
+
+    async def _crash(self, node: _Node) -> Optional[str]:
+        response = await self._control("POST", f"/v1/nodes/{node.name}/crash")
+        return None if response.status_code == 200 else str(response.json().get("message", ""))
+
+    async def _partition(self, node: _Node, mode: Optional[str]) -> None:
+        await self._control("POST", f"/v1/nodes/{node.name}/partition", {"mode": mode})
+        node.partition = mode
+
+    async def _leave(self, node: _Node) -> None:
+        node.removed = True
+
+    async def _left(self, node: _Node) -> None:
+        # A node that left may serve a moment longer (it drains): calls it still gets are logged.
+        self._later(LINGER, lambda: self._stop(node))
 
     async def _restart(self, node: _Node) -> None:
         if not node.removed:
@@ -503,14 +473,6 @@ class _ServedWorld:
     async def _stop(self, node: _Node) -> None:
         await self.sync()  # the node's calls, before it goes
         await self._control("DELETE", f"/v1/nodes/{node.name}")
-
-    async def _announce(self) -> bool:
-        if self.on_nodes_changed is None:
-            return False
-        result = self.on_nodes_changed(self.stages())
-        if asyncio.iscoroutine(result):
-            await result
-        return True
 
 
 # -- a run ---------------------------------------------------------------------------------------
@@ -579,13 +541,9 @@ class _ProgramRunner(_Runner):
         self.coordinator = coordinator
         try:
             await self.program.open()
-            await asyncio.wait_for(coordinator.init(control, world.stages()), self.request_timeout)
-        except asyncio.TimeoutError:
-            self._fail("unanswered", f"init was left unanswered for {self.request_timeout:g} s")
         except CoordinatorBroke as exc:
             self._fail(exc.check, f"init: {exc}")
-        except (GaveUp, ProgramFailed) as exc:
-            self._fail("raised", f"init: {exc}")
+        await self._tell("init", coordinator.init(control, world.stages()))
         world.on_nodes_changed = self._nodes_changed(self._told)
         nemesis = loop.create_task(world.run_nemesis(list(sc.nemesis)))
         clients = [loop.create_task(self._client(c)) for c in sc.clients]
@@ -615,15 +573,20 @@ class _ProgramRunner(_Runner):
         super()._check_budget(req, overlapping, faults)
 
     async def _told(self, stages: Any) -> None:
-        """Tell the program the cluster's new shape (a failure to answer fails the run)."""
+        """Tell the program the cluster's new shape."""
+        await self._tell("nodes_changed", self.coordinator.on_nodes_changed(stages))
+
+    async def _tell(self, what: str, request: Any) -> None:
+        """Await a request that belongs to no session (``init``, ``nodes_changed``): any answer
+        but its ``_ok`` fails the run."""
         try:
-            await asyncio.wait_for(self.coordinator.on_nodes_changed(stages), self.request_timeout)
+            await asyncio.wait_for(request, self.request_timeout)
         except asyncio.TimeoutError:
-            self._fail("unanswered", f"nodes_changed was left unanswered for {self.request_timeout:g} s")
+            self._fail("unanswered", f"{what} was left unanswered for {self.request_timeout:g} s")
         except CoordinatorBroke as exc:
-            self._fail(exc.check, f"nodes_changed: {exc}")
+            self._fail(exc.check, f"{what}: {exc}")
         except (GaveUp, ProgramFailed) as exc:
-            self._fail("raised", f"nodes_changed: {exc}")
+            self._fail("raised", f"{what}: {exc}")
 
 
 def _argv(command: str) -> list[str]:

@@ -44,8 +44,8 @@ from fakeshard import EngineCrashed, FaultPlan, ResponseLost, ShardError, ShardS
 from fakeshard._clock import _check_seconds
 from fakeshard._pipeline import answer_problem
 
-__all__ = ["AsyncNode", "Call", "Deadlock", "LoopClock", "Nemesis", "SimNode", "VirtualTimeLoop", "World",
-           "is_async_coordinator", "new_loop", "ranges"]
+__all__ = ["AsyncNode", "Call", "Deadlock", "LoopClock", "Nemesis", "NemesisWorld", "SimNode", "VirtualTimeLoop",
+           "World", "is_async_coordinator", "new_loop", "ranges"]
 
 #: A one-way hop's latency, seconds: drawn uniformly, in whole microseconds.
 HOP = (0.000_5, 0.020)
@@ -267,7 +267,117 @@ class Nemesis:
         return f"t={self.at:g} a node joins stage {self.stage}"
 
 
-class World:
+class NemesisWorld:
+    """What a nemesis schedule does to a cluster, whichever cluster it is: when each event
+    happens, which events are skipped (no such node, a node that left, a stage's last node),
+    what is recorded, when the coordinator is told, and what is undone later.  A world says
+    how (``_join``, ``_crash``, ``_partition``, ``_leave``, ``_left``, ``_restart``, ``_heal``,
+    ``stages``, ``record``); :class:`World` on virtual time, the served cluster of
+    :mod:`fakeshard.testing._program` in real time.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    nodes: list[Any]
+    #: Tasks the world started and has not seen end (a restart or heal to come, a call on its way).
+    in_flight: set["asyncio.Task[Any]"]
+    #: Called with the new stages after churn (set by the runner: it tells the coordinator).
+    on_nodes_changed: Optional[Callable[[Any], Any]]
+    #: Seconds of the loop's time per second of the schedule.
+    scale = 1.0
+
+    async def run_nemesis(self, schedule: list["Nemesis"]) -> None:
+        """Apply ``schedule`` at its moments (its events sorted by time, ties in order)."""
+        for event in sorted(schedule, key=lambda e: e.at):
+            delay = event.at * self.scale - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.apply(event)
+
+    async def apply(self, event: "Nemesis") -> None:
+        if event.kind == "join":
+            node = await self._join(event.stage or 0)
+            self.record("nemesis", kind="join", node=node.index, stage=node.stage)
+            await self._announce()
+            return
+        if event.node is None or not 0 <= event.node < len(self.nodes):
+            self.record("nemesis", kind=event.kind, node=event.node, skipped="no such node")
+            return
+        node = self.nodes[event.node]
+        if node.removed:
+            self.record("nemesis", kind=event.kind, node=node.index, skipped="the node left")
+            return
+        if event.kind == "crash":
+            refused = await self._crash(node)
+            if refused is not None:
+                self.record("nemesis", kind="crash", node=node.index, skipped=refused)
+                return
+            self.record("nemesis", kind="crash", node=node.index)
+            if event.restart_after is not None:
+                self._later(event.restart_after * self.scale, lambda: self._restart(node))
+        elif event.kind == "partition":
+            await self._partition(node, event.mode)
+            self.record("nemesis", kind="partition", node=node.index, mode=event.mode)
+            self._later((event.duration or 0.0) * self.scale, lambda: self._heal(node, event.mode))
+        else:  # leave; a stage keeps one node at least: a layer range nobody serves is no test of a coordinator
+            if not any(other is not node and other.stage == node.stage and not other.removed for other in self.nodes):
+                self.record("nemesis", kind="leave", node=node.index, skipped="the stage's last node")
+                return
+            await self._leave(node)
+            self.record("nemesis", kind="leave", node=node.index)
+            if await self._announce():
+                node.told_gone = self.loop.time()
+            await self._left(node)
+
+    def _later(self, delay: float, action: Callable[[], Any]) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            await action()
+
+        task = self.loop.create_task(later())
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _announce(self) -> bool:
+        """Tell the coordinator the cluster's new shape; whether it was told."""
+        if self.on_nodes_changed is None:
+            return False
+        result = self.on_nodes_changed(self.stages())
+        if inspect.isawaitable(result):
+            await result
+        return True
+
+    async def _left(self, node: Any) -> None:
+        """After a node left and the coordinator was told (nothing more, unless the world says)."""
+
+    # What each world does, and how.
+    def record(self, event: str, **data: Any) -> None:
+        raise NotImplementedError
+
+    def stages(self) -> Any:
+        raise NotImplementedError
+
+    async def _join(self, stage: int) -> Any:
+        raise NotImplementedError
+
+    async def _crash(self, node: Any) -> Optional[str]:
+        """Crash ``node``; ``None``, or why it could not be."""
+        raise NotImplementedError
+
+    async def _partition(self, node: Any, mode: Optional[str]) -> None:
+        raise NotImplementedError
+
+    async def _leave(self, node: Any) -> None:
+        """Take ``node`` out of the cluster (before the coordinator is told)."""
+        raise NotImplementedError
+
+    async def _restart(self, node: Any) -> None:
+        raise NotImplementedError
+
+    async def _heal(self, node: Any, mode: Optional[str]) -> None:
+        raise NotImplementedError
+
+
+class World(NemesisWorld):
     """Nodes, network and nemesis of one run, on ``loop``; every call logged.
 
     ``factory(spec, seed=, capacity_tokens=, clock=, faults=)`` builds each node's
@@ -351,63 +461,28 @@ class World:
     def service(self) -> float:
         return round(self.rng.uniform(*SERVICE), 6)
 
-    # -- the nemesis ---------------------------------------------------------------------------
+    # -- the nemesis (when and what: :class:`NemesisWorld`) -------------------------------------
 
-    async def run_nemesis(self, schedule: list[Nemesis]) -> None:
-        """Apply ``schedule`` at its moments (its events sorted by time, ties in order)."""
-        for event in sorted(schedule, key=lambda e: e.at):
-            delay = event.at - self.loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self.apply(event)
+    async def _join(self, stage: int) -> SimNode:
+        node = self._add(stage, None)
+        self.handles.append(AsyncNode(self, node))
+        return node
 
-    async def apply(self, event: Nemesis) -> None:
-        if event.kind == "join":
-            node = self._add(event.stage or 0, None)
-            self.handles.append(AsyncNode(self, node))
-            self.record("nemesis", kind="join", node=node.index, stage=node.stage)
-            await self._announce()
-            return
-        if event.node is None or not 0 <= event.node < len(self.nodes):
-            self.record("nemesis", kind=event.kind, node=event.node, skipped="no such node")
-            return
-        node = self.nodes[event.node]
-        if node.removed:
-            self.record("nemesis", kind=event.kind, node=node.index, skipped="the node left")
-            return
-        if event.kind == "crash":
-            if not node.can_crash():
-                self.record("nemesis", kind="crash", node=node.index, skipped="the engine cannot be crashed")
-                return
-            node.engine.crash()
-            node.lives += 1
-            node.wipes += 1
-            self.record("nemesis", kind="crash", node=node.index)
-            if event.restart_after is not None:
-                self._later(event.restart_after, lambda: self._restart(node))
-        elif event.kind == "partition":
-            node.partition = event.mode
-            self.record("nemesis", kind="partition", node=node.index, mode=event.mode)
-            self._later(event.duration or 0.0, lambda: self._heal(node, event.mode))
-        else:  # leave; a stage keeps one node at least: a layer range nobody serves is no test of a coordinator
-            if not any(other is not node and other.stage == node.stage and not other.removed for other in self.nodes):
-                self.record("nemesis", kind="leave", node=node.index, skipped="the stage's last node")
-                return
-            node.removed = True
-            node.lives += 1
-            node.wipes += 1
-            self.record("nemesis", kind="leave", node=node.index)
-            if await self._announce():
-                node.told_gone = self.loop.time()
+    async def _crash(self, node: SimNode) -> Optional[str]:
+        if not node.can_crash():
+            return "the engine cannot be crashed"
+        node.engine.crash()
+        node.lives += 1
+        node.wipes += 1
+        return None
 
-    def _later(self, delay: float, action: Callable[[], Any]) -> None:
-        async def later() -> None:
-            await asyncio.sleep(delay)
-            await action()
+    async def _partition(self, node: SimNode, mode: Optional[str]) -> None:
+        node.partition = mode
 
-        task = self.loop.create_task(later())
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
+    async def _leave(self, node: SimNode) -> None:
+        node.removed = True
+        node.lives += 1
+        node.wipes += 1
 
     async def _restart(self, node: SimNode) -> None:
         if not node.removed:
@@ -419,15 +494,6 @@ class World:
         if node.partition == mode:
             node.partition = None
             self.record("nemesis", kind="heal", node=node.index)
-
-    async def _announce(self) -> bool:
-        """Tell the coordinator the cluster's new shape; whether it was told."""
-        if self.on_nodes_changed is None:
-            return False
-        result = self.on_nodes_changed(self.stages())
-        if inspect.isawaitable(result):
-            await result
-        return True
 
     # -- a call ------------------------------------------------------------------------------
 
