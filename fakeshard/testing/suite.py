@@ -113,24 +113,9 @@ def test_machine_concurrent(engine_factory, engine_factory_name, coordinator_fac
     or to a node that left, every request within the budget (``--availability`` may require a
     share of answered requests)."""
     run = request.config.stash[RUN]
-    reporter = reporter_for("concurrent")
-    config = MachineConfig.for_factory(engine_factory, engine_factory_name, coordinator=coordinator_factory,
-                                       coordinator_name=run.coordinator_name,
-                                       on_step=reporter.tick if reporter else None)
-    before = probes.reached.copy()
-    failed, notes = True, []
-    try:
-        total = run_concurrent(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
-                               availability=request.config.getoption("--availability"))
-        failed = False
-        notes = total.notes()
-    except ConcurrentFailure as exc:
-        pytest.fail(str(exc), pytrace=False)
-    finally:
-        if reporter is not None:
-            reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name],
-                            notes)
-    assert config.runs > 0 and total.next_requests > 0
+    _many_sessions(request, engine_factory, engine_factory_name, "concurrent",
+                   lambda config, **kwargs: run_concurrent(config, **kwargs),
+                   coordinator=coordinator_factory, coordinator_name=run.coordinator_name)
 
 
 def test_machine_program(engine_factory, engine_factory_name, request):
@@ -138,17 +123,25 @@ def test_machine_program(engine_factory, engine_factory_name, request):
     the stdio protocol) over nodes from the factory served on loopback, in real time, under a
     nemesis acting through the control API; the concurrent machine's checks, judged from the
     nodes' call log."""
-    run = request.config.stash[RUN]
-    if not run.coordinator_cmd:
+    command = request.config.stash[RUN].coordinator_cmd
+    if not command:
         pytest.skip("no coordinator program: give one with --coordinator-cmd")
-    reporter = reporter_for("program")
+    _many_sessions(request, engine_factory, engine_factory_name, "program",
+                   lambda config, **kwargs: run_program(config, command, **kwargs))
+
+
+def _many_sessions(request, engine_factory, engine_factory_name, machine, campaign, **config_kwargs):
+    """Run a campaign of many sessions in flight (``campaign(config, settings=, save_dir=, seed=,
+    availability=)``), reported as the machine ``machine``; its failure is the test's."""
+    run = request.config.stash[RUN]
+    reporter = reporter_for(machine)
     config = MachineConfig.for_factory(engine_factory, engine_factory_name,
-                                       on_step=reporter.tick if reporter else None)
+                                       on_step=reporter.tick if reporter else None, **config_kwargs)
     before = probes.reached.copy()
     failed, notes = True, []
     try:
-        total = run_program(config, run.coordinator_cmd, settings=machine_settings(), save_dir=traces_dir(),
-                            seed=worker_seed(), availability=request.config.getoption("--availability"))
+        total = campaign(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
+                         availability=request.config.getoption("--availability"))
         failed = False
         notes = total.notes()
     except ConcurrentFailure as exc:
