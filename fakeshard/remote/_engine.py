@@ -43,6 +43,18 @@ def new_client(timeout: float) -> httpx.Client:
     return httpx.Client(timeout=httpx.Timeout(timeout), limits=limits, trust_env=False)
 
 
+def transport_error(exc: httpx.TransportError, what: str, session_id: Optional[str],
+                    epoch: Optional[int]) -> ShardError:
+    """The contract's error for a request ``what`` that failed in transport: no connection is
+    ``EngineCrashed`` (nothing was applied); anything after the request was sent is
+    ``ResponseLost`` (it may or may not have been applied)."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return EngineCrashed(f"{what}: no connection ({exc}); nothing was applied", session_id=session_id,
+                             epoch=epoch)
+    return ResponseLost(f"{what}: {type(exc).__name__} after the request was sent ({exc}); it may or may not "
+                        "have been applied", session_id=session_id, epoch=epoch)
+
+
 def error_of(response: httpx.Response) -> Union[ShardError, RemoteError]:
     """The typed error an error answer carries."""
     try:
@@ -139,13 +151,8 @@ class RemoteShardEngine:
         ep = epoch if type(epoch) is int else None
         try:
             response = self._client.request(method, self.url + path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise EngineCrashed(f"{method} {self.url}{path}: no connection ({exc}); nothing was applied",
-                                session_id=sid, epoch=ep) from None
         except httpx.TransportError as exc:
-            raise ResponseLost(f"{method} {self.url}{path}: {type(exc).__name__} after the request was "
-                               f"sent ({exc}); it may or may not have been applied", session_id=sid,
-                               epoch=ep) from None
+            raise transport_error(exc, f"{method} {self.url}{path}", sid, ep) from None
         if self.clock is not None:
             delay = response.headers.get(DELAY_HEADER)
             try:

@@ -22,8 +22,8 @@ from urllib.parse import quote
 
 import httpx
 
-from fakeshard import EngineCrashed, ResponseLost, ShardError, ShardSpec, wire
-from fakeshard.remote._engine import error_of
+from fakeshard import EngineCrashed, ShardError, ShardSpec, wire
+from fakeshard.remote._engine import error_of, transport_error
 from fakeshard.testing._async_coordinator import AsyncCoordinator
 from fakeshard.testing._reference_coordinator import GaveUp
 
@@ -54,11 +54,8 @@ class HttpNode:
         ep = epoch if type(epoch) is int else None
         try:
             response = await self._client.request(method, url, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise EngineCrashed(f"{method} {url}: no connection ({exc})", session_id=sid, epoch=ep) from None
         except httpx.TransportError as exc:
-            raise ResponseLost(f"{method} {url}: {type(exc).__name__} after the request was sent",
-                               session_id=sid, epoch=ep) from None
+            raise transport_error(exc, f"{method} {url}", sid, ep) from None
         if response.status_code != 200:
             error = error_of(response)
             if isinstance(error, ShardError):
