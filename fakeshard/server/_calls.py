@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 from typing import Any, Optional
 
 #: Entries a cluster keeps; the oldest go first (an answer says where what it kept starts).
@@ -60,7 +61,7 @@ class CallLog:
         """Entries numbered ``seq`` or later (of ``node`` only, if named), oldest first."""
         first = self._entries[0]["seq"] if self._entries else self._next
         start = max(seq - first, 0)
-        entries = [dict(e, fired=list(e["fired"])) for e in list(self._entries)[start:]
+        entries = [dict(e, fired=list(e["fired"])) for e in itertools.islice(self._entries, start, None)
                    if node is None or e["node"] == node]
         return {"kind": "call_log", "first": first, "next": self._next, "now": self.now(), "calls": entries}
 
