@@ -27,6 +27,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
+#: The decoders, made once (``json.loads`` with options makes one a call).
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+
+
 def read_json(text: Union[str, bytes]) -> Any:
     """``json.loads`` as every reader of fakeshard's JSON uses it: an object naming a key twice
     is refused (``RepeatedKey``, a ``ValueError``), as a reader in another language could take
@@ -38,8 +43,7 @@ def read_json(text: Union[str, bytes]) -> Any:
 def json_object(text: str, strict: bool) -> dict[str, Any]:
     """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant if strict else None,
-                          object_pairs_hook=_unique_keys)
+        data = (_STRICT_DECODER if strict else _DECODER).decode(text)
     except RecursionError:
         raise Bad("JSON is nested too deeply") from None
     except RepeatedKey as exc:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional, Union
 
 from fakeshard._contract import CONTRACT_VERSION, HiddenBundle, SampleBundle, TokenBundle, validate
@@ -77,6 +78,20 @@ def _validated(obj: Any) -> Any:
     return obj
 
 
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A bundle class's field names, in order and as a set."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    return names, frozenset(names)
+
+
+def _within_64_bits(items: tuple[Any, ...], kind: str, name: str) -> None:
+    """The wire's own rule for the integers of a field's array; refused by name and index."""
+    for i, item in enumerate(items):
+        if type(item) is int and not -(2**63) <= item < 2**63:
+            int64(item, f"{kind}.{name}[{i}]")
+
+
 def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
                     max_bytes: int = MAX_FRAME_BYTES) -> Any:
     """A bundle as it was sent, for a transport: the structure is checked, the values are not.
@@ -109,9 +124,9 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
         if isinstance(cls, ShardError):
             return cls
         kind = obj["kind"]
-        names = [f.name for f in dataclasses.fields(cls)]
-        keys = set(obj) - {"kind"}
-        if keys != set(names):
+        names, fields = _field_names(cls)
+        if len(obj) != len(names) + 1 or not fields <= obj.keys():
+            keys = set(obj) - {"kind"}
             raise Bad(f"{kind} must have exactly the fields {sorted(names)}, got {sorted(keys)}")
         values = {}
         for name in names:
@@ -120,10 +135,13 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
                 value = hidden_values(value, f"{kind}.hidden", payload)
             elif isinstance(value, list):
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-            if name != "hidden":  # integers within 64 bits is the wire's own rule, not a value's
-                for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
-                    if type(item) is int:
-                        int64(item, f"{kind}.{name}{f'[{i}]' if isinstance(value, tuple) else ''}")
+            if name == "hidden":  # integers within 64 bits is the wire's own rule, not a value's
+                pass
+            elif type(value) is int:
+                if not -(2**63) <= value < 2**63:
+                    int64(value, f"{kind}.{name}")
+            elif isinstance(value, tuple):
+                _within_64_bits(value, kind, name)
             values[name] = value
         return cls(**values)
     except Bad as exc:
