@@ -19,12 +19,12 @@ own, so the nodes of one server never mix their series:
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from typing import Any, Iterator, Optional
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client import Counter as PromCounter
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CALL_SECONDS_BUCKETS", "CONTENT_TYPE", "NodeMetrics"]
@@ -36,26 +36,62 @@ CALL_SECONDS_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class NodeMetrics:
-    """The metrics of one served engine: calls as they are answered, state when scraped."""
+    """The metrics of one served engine: calls as they are answered, state when scraped.
+
+    A call is counted in plain integers (its outcome, its latency's bucket), and
+    prometheus_client writes them out at a scrape: a node counts a call for about
+    a microsecond, a fifth of what prometheus_client's locked counters take.
+    """
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        #: (op, outcome) -> calls.
+        self.calls: Counter[tuple[str, str]] = Counter()
+        #: op -> [calls in each bucket (not cumulative), then over the last bound; sum of seconds].
+        self.seconds: dict[str, list[float]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
-        self._calls = PromCounter("fakeshard_calls", "Engine calls the node answered, by op and outcome.",
-                                  ["op", "outcome"], registry=self.registry)
-        self._seconds = Histogram("fakeshard_call_seconds", "Virtual seconds each engine call took on the "
-                                  "node's clock (its Delay faults).", ["op"], buckets=CALL_SECONDS_BUCKETS,
-                                  registry=self.registry)
+        self.registry.register(_Calls(self))
         self.registry.register(_EngineState(engine))
 
     def record(self, op: str, outcome: str, seconds: float) -> None:
         """One engine call, answered ``outcome`` (``ok`` or an error code) after ``seconds``."""
-        self._calls.labels(op=op, outcome=outcome).inc()
-        self._seconds.labels(op=op).observe(seconds)
+        self.calls[op, outcome] += 1
+        counts = self.seconds.get(op)
+        if counts is None:
+            counts = self.seconds[op] = [0] * (len(CALL_SECONDS_BUCKETS) + 2)
+        counts[bisect.bisect_left(CALL_SECONDS_BUCKETS, seconds)] += 1
+        counts[-1] += seconds
 
     def exposition(self) -> bytes:
         """The text a scrape answers (read from the engine: call it where the engine's calls run)."""
         return generate_latest(self.registry)
+
+
+class _Calls(Collector):
+    """``fakeshard_calls_total`` and ``fakeshard_call_seconds``, from a node's counts."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily("fakeshard_calls", "Engine calls the node answered, by op and outcome.",
+                                    labels=["op", "outcome"])
+        for (op, outcome), n in sorted(self.metrics.calls.items()):
+            calls.add_metric([op, outcome], n)
+        yield calls
+        seconds = HistogramMetricFamily("fakeshard_call_seconds", "Virtual seconds each engine call took on "
+                                        "the node's clock (its Delay faults).", labels=["op"])
+        bounds = [repr(b) for b in CALL_SECONDS_BUCKETS] + ["+Inf"]
+        for op, counts in sorted(self.metrics.seconds.items()):
+            cumulative, total = [], 0
+            for bound, in_bucket in zip(bounds, counts[:-1]):
+                total += int(in_bucket)
+                cumulative.append((bound, total))
+            seconds.add_metric([op], cumulative, sum_value=counts[-1])
+        yield seconds
 
 
 class _EngineState(Collector):
