@@ -1,4 +1,5 @@
-"""Engines behind real sockets: HTTP API v1 (``docs/contract.md``), on aiohttp's server.
+"""Engines behind real sockets: HTTP API v1 (``docs/contract.md``): nodes on asyncio and
+httptools' parser, the control port on aiohttp.
 
 Every node is one engine on its own listener (its data plane), as separate
 machines would be; one control listener serves the admin API, apart from
@@ -8,7 +9,8 @@ bundles and errors, applies the network's own faults, and never answers
 anything outside the documented set.
 
 The package holds one idea a module: ``_http`` (statuses, the ok and error
-envelopes, the middleware, reading a request), ``_node`` (a node: the data
+envelopes, the control port's middleware), ``_h1`` (a node's HTTP/1.1: keep-alive,
+pipelining, the body limit, closing and resetting), ``_node`` (a node: the data
 plane), ``_cluster`` (nodes and the control listener: the admin API),
 ``_thread`` (a cluster on its own thread, and ``fakeshard serve``) and
 ``_metrics`` (a node's Prometheus series).

@@ -1,12 +1,12 @@
-"""HTTP API v1's shared pieces: statuses, the ok and error envelopes, the middleware that
-turns every failure into one, and the reading of a request's body, media type and path."""
+"""HTTP API v1's shared pieces: statuses, the ok and error envelopes, the listening socket;
+and the control port's (aiohttp's) middleware that turns every failure into one, and its
+reading of a JSON body.  A node's own HTTP layer is ``_h1``."""
 
 from __future__ import annotations
 
 import json
 import socket
 from typing import Any, Awaitable, Callable, Optional
-from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -99,46 +99,6 @@ def read_body_json(body: bytes, what: str) -> Any:
         raise HTTPError("bad_request", f"{what}: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise HTTPError("bad_request", f"{what} is not JSON: {exc}") from None
-
-
-def media_type(request: web.Request) -> str:
-    kind = request.content_type
-    if kind not in (wire.JSON_CONTENT_TYPE, wire.FRAME_CONTENT_TYPE):
-        raise HTTPError("unsupported_media_type",
-                         f"Content-Type must be {wire.JSON_CONTENT_TYPE} or {wire.FRAME_CONTENT_TYPE}, "
-                         f"got {kind!r}")
-    return kind
-
-
-HIDDEN_FORMS = ("base64", "floats")
-
-
-def hidden_form(request: web.Request) -> str:
-    """The ``hidden`` query's form of a JSON answer, refused before the call reaches the engine.
-
-    A value the node does not know would otherwise be answered in base64 after the call was
-    applied, so a typo (``?hidden=float``) is ``bad_request`` and nothing is applied.
-    """
-    forms = request.query.getall("hidden", [])
-    if len(forms) > 1 or (forms and forms[0] not in HIDDEN_FORMS):
-        raise HTTPError("bad_request", f"the query's hidden must be one of {list(HIDDEN_FORMS)}, "
-                                        f"given once; got {forms!r}")
-    return forms[0] if forms else "base64"
-
-
-SESSIONS_PREFIX = "/v1/sessions/"
-
-
-def path_session_id(request: web.Request) -> Optional[str]:
-    """The session id a ``GET /v1/sessions/...`` names: the rest of the raw path, percent-decoded
-    as UTF-8 where a surrogate's three bytes stand for the lone surrogate (the client's
-    ``session_path``); bytes that are no such text name no session (``None``, so not found)."""
-    raw = request.raw_path.partition("?")[0]
-    try:
-        path = unquote(raw, errors="surrogatepass")
-    except UnicodeDecodeError:
-        return None
-    return path[len(SESSIONS_PREFIX):] if path.startswith(SESSIONS_PREFIX) else None
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -1,43 +1,85 @@
-"""A served node: one engine on its own listener, the data plane of HTTP API v1."""
+"""A served node: one engine on its own listener (HTTP/1.1 of ``_h1``), the data plane of HTTP API v1:
+its routes, the reading of a call and its answer, and the network's faults."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import json
-import socket
-import struct
-import weakref
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional
-
-from aiohttp import web
+from urllib.parse import parse_qsl, unquote
 
 from fakeshard import wire
 from fakeshard._clock import Clock
 from fakeshard._contract import CONTRACT_VERSION
 from fakeshard._errors import MalformedBundle, ResponseLost, ShardError
 from fakeshard.server._calls import LOGGED_OPS, CallLog, describe
+from fakeshard.server._h1 import DROP, H1Server, Request, Response
 from fakeshard.server._http import (
     DELAY_HEADER,
     HEAVY_BYTES,
+    HTTP_ERROR_CODES,
     MAX_BODY_BYTES,
     OK,
     PARTITION_MODES,
-    SESSIONS_PREFIX,
     HTTPError,
+    error_body,
     error_status,
-    hidden_form,
-    http_error,
-    json_response,
     listen_socket,
-    media_type,
-    path_session_id,
-    typed_errors,
     url_of,
 )
 from fakeshard.server._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from fakeshard.server._metrics import NodeMetrics
+from fakeshard.wire import _format as wire_format
+
+SESSIONS_PREFIX = "/v1/sessions/"
+_OK_BODY = json.dumps(OK).encode("utf-8")
+HIDDEN_FORMS = tuple(sorted(wire_format.HIDDEN_FORMS))
+
+
+def json_answer(data: Any, status: int = 200, headers: Optional[dict[str, str]] = None) -> Response:
+    return Response(status, json.dumps(data).encode("utf-8"), wire.JSON_CONTENT_TYPE, headers)
+
+
+def error_answer(code: str, message: str, headers: Optional[dict[str, str]] = None) -> Response:
+    """One of the server's own errors (``HTTP_ERROR_CODES``), as the wire's error JSON."""
+    return json_answer(error_body(code, message), HTTP_ERROR_CODES[code], headers)
+
+
+def media_type(request: Request) -> str:
+    kind = request.content_type
+    if kind not in (wire.JSON_CONTENT_TYPE, wire.FRAME_CONTENT_TYPE):
+        raise HTTPError("unsupported_media_type",
+                         f"Content-Type must be {wire.JSON_CONTENT_TYPE} or {wire.FRAME_CONTENT_TYPE}, "
+                         f"got {kind!r}")
+    return kind
+
+
+def hidden_form(request: Request) -> str:
+    """The ``hidden`` query's form of a JSON answer, refused before the call reaches the engine.
+
+    A value the node does not know would otherwise be answered in base64 after the call was
+    applied, so a typo (``?hidden=float``) is ``bad_request`` and nothing is applied.
+    """
+    if not request.query_string:
+        return "base64"
+    forms = [value for name, value in parse_qsl(request.query_string, keep_blank_values=True) if name == "hidden"]
+    if len(forms) > 1 or (forms and forms[0] not in HIDDEN_FORMS):
+        raise HTTPError("bad_request", f"the query's hidden must be one of {list(HIDDEN_FORMS)}, "
+                                        f"given once; got {forms!r}")
+    return forms[0] if forms else "base64"
+
+
+def path_session_id(raw_path: str) -> Optional[str]:
+    """The session id a ``GET /v1/sessions/...`` names: the rest of the raw path, percent-decoded
+    as UTF-8 where a surrogate's three bytes stand for the lone surrogate (the client's
+    ``session_path``); bytes that are no such text name no session (``None``, so not found)."""
+    try:
+        path = unquote(raw_path.encode("latin-1").decode("utf-8", "surrogatepass"), errors="surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return path[len(SESSIONS_PREFIX):] if path.startswith(SESSIONS_PREFIX) else None
 
 
 class UnreadableBody:
@@ -67,39 +109,32 @@ class ServedNode:
         self._closing = asyncio.Event()
         self._calls = asyncio.Lock()  # one engine call at a time
         self._always_worker = getattr(engine, "evidence_class", "") == "real-model"
-        self._transports: "weakref.WeakSet[asyncio.BaseTransport]" = weakref.WeakSet()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fakeshard-{name}")
-        self._site: Optional[web.SockSite] = None
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._gate, typed_errors])
-        app.router.add_post("/v1/prefill", self._prefill)
-        app.router.add_post("/v1/decode", self._decode)
-        app.router.add_post("/v1/cancel", self._cancel)
-        app.router.add_post("/v1/release", self._release)
-        app.router.add_get(SESSIONS_PREFIX + r"{session_id:[\s\S]+}", self._session)  # any char, \n too
-        app.router.add_get("/v1/state", self._state)
-        app.router.add_get("/metrics", self._metrics)
+        self._posts: dict[str, Callable[[Request], Awaitable[Response]]] = {
+            "/v1/prefill": self._prefill, "/v1/decode": self._decode,
+            "/v1/cancel": self._cancel, "/v1/release": self._release}
+        self._gets: dict[str, Callable[[Request], Awaitable[Response]]] = {
+            "/v1/state": self._state, "/metrics": self._metrics}
         self.metrics = NodeMetrics(engine)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=3600)
+        self._http = H1Server(self._handle, max_body=MAX_BODY_BYTES)
 
     @property
     def url(self) -> str:
         return url_of(self.host, self.port)
 
     async def start(self) -> None:
-        await self._runner.setup()
         await self._listen()
 
     async def _listen(self) -> None:
         sock = listen_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        self._site = web.SockSite(self._runner, sock)
-        await self._site.start()
+        await self._http.listen(sock)
 
     async def close(self) -> None:
         self._healed.set()
         self._closing.set()
-        self._drop_connections()
-        await self._runner.cleanup()
+        await asyncio.sleep(0)  # let the calls a partition swallowed see it and end
+        self._http.close()
         self._executor.shutdown(wait=False)
 
     def describe(self) -> dict[str, Any]:
@@ -108,10 +143,6 @@ class ServedNode:
 
     # -- the network's faults ------------------------------------------------
 
-    def _drop_connections(self) -> None:
-        for transport in list(self._transports):
-            transport.close()
-
     async def partition_as(self, mode: str) -> None:
         if mode not in PARTITION_MODES:
             raise HTTPError("bad_request", f"partition mode must be one of {list(PARTITION_MODES)}, "
@@ -119,10 +150,8 @@ class ServedNode:
         await self.heal()
         self.partition = mode
         if mode == "refuse":
-            assert self._site is not None
-            await self._site.stop()
-            self._site = None
-            self._drop_connections()
+            self._http.stop_listening()
+            self._http.drop_connections()
             for _ in range(3):  # let the loop close the sockets before the admin call answers
                 await asyncio.sleep(0)
         elif mode == "hang":
@@ -134,34 +163,43 @@ class ServedNode:
         self.partition = None
         self._healed.set()
 
-    @web.middleware
-    async def _gate(self, request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
-        if request.transport is not None:
-            self._transports.add(request.transport)
-        if not self._healed.is_set():
-            op = request.path.rsplit("/", 1)[-1]
-            if request.path == f"/v1/{op}" and op in LOGGED_OPS:  # logged as it arrives: swallowed
-                self.calls.end(self._begin(op, await request.read(), request), "hung")
-            # The request was lost in the partition: it is never applied nor answered, not even
-            # after the partition heals (a half-open connection: only the caller's timeout ends
-            # the wait); its connection is closed when the node stops.
-            await self._closing.wait()
-            self._abort(request, reset=False)
-            return dropped()
-        return await handler(request)
+    async def _handle(self, request: Request) -> Response:
+        """Every request: swallowed by a ``hang`` partition, else routed; failures as typed errors."""
+        try:
+            if not self._healed.is_set():
+                await self._swallow(request)
+                return DROP
+            route = self._route(request)
+            return route if isinstance(route, Response) else await route(request)
+        except HTTPError as exc:
+            return error_answer(exc.code, exc.message)
 
-    @staticmethod
-    def _abort(request: web.Request, *, reset: bool) -> None:
-        transport = request.transport
-        if transport is None:
-            return
-        if reset:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            transport.abort()
+    def _route(self, request: Request) -> "Callable[[Request], Awaitable[Response]] | Response":
+        """The handler of the request's method and path, or the error that answers it."""
+        method, path = request.method, request.path
+        session = path.startswith(SESSIONS_PREFIX) and path != SESSIONS_PREFIX
+        if method == "POST" and path in self._posts:
+            handler = self._posts[path]
+        elif method in ("GET", "HEAD") and (path in self._gets or session):
+            handler = self._gets.get(path, self._session)
+        elif path in self._posts or path in self._gets or session:
+            allowed = "POST" if path in self._posts else "GET, HEAD"
+            return error_answer("method_not_allowed", f"{method} is not allowed on {path}; allowed: {allowed}",
+                                {"Allow": allowed})
         else:
-            transport.close()
+            raise HTTPError("not_found", f"no route {method} {path}")
+        if request.too_large:
+            raise HTTPError("payload_too_large", f"request body over the limit of {MAX_BODY_BYTES} bytes")
+        return handler
+
+    async def _swallow(self, request: Request) -> None:
+        """A request lost in a ``hang`` partition: never applied nor answered, not even after the
+        partition heals (a half-open connection: only the caller's timeout ends the wait); its
+        connection is closed when the node stops."""
+        op = request.path.rsplit("/", 1)[-1]
+        if request.method == "POST" and request.path == f"/v1/{op}" and op in LOGGED_OPS:
+            self.calls.end(self._begin(op, request), "hung")  # logged as it arrives
+        await self._closing.wait()
 
     # -- engine calls --------------------------------------------------------
 
@@ -173,33 +211,38 @@ class ServedNode:
         it holds up no other call.  ``entry``, the call's log entry, is filled in as
         the call is applied (before any delay).
         """
-        def call() -> tuple[Any, Optional[ShardError], float]:
-            before = self.clock.now()
-            was_up = not getattr(self.engine, "crashed", False)
-            try:
-                return fn(*args), None, self.clock.now() - before
-            except ShardError as err:
-                return None, err, self.clock.now() - before
-            finally:
-                if was_up and getattr(self.engine, "crashed", False):
-                    self.wipes += 1  # taken down by its own fault plan
         async with self._calls:
             fired = self._fault_count()
             if heavy or self._always_worker:
-                result, error, took = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+                result, error, took = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._timed, fn, args)
             else:
-                result, error, took = call()
+                result, error, took = self._timed(fn, args)
             if entry is not None:
                 self._applied(entry, fired)
         if took > 0 and self.time_scale > 0:
             await asyncio.sleep(took * self.time_scale)
         return result, error, took
 
-    def _begin(self, op: str, body: bytes, request: web.Request) -> dict[str, Any]:
+    def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Optional[ShardError], float]:
+        """``fn(*args)``: (result, error, virtual seconds it took); counts a crash it caused."""
+        engine, now = self.engine, self.clock.now
+        before = now()
+        was_up = not getattr(engine, "crashed", False)
+        try:
+            return fn(*args), None, now() - before
+        except ShardError as err:
+            return None, err, now() - before
+        finally:
+            if was_up and getattr(engine, "crashed", False):
+                self.wipes += 1  # taken down by its own fault plan
+
+    def _begin(self, op: str, request: Request) -> dict[str, Any]:
         """A log entry for a call that is not read any further (it hangs in a partition)."""
+        body = request.body
         if op in ("prefill", "decode"):
             try:
-                bundle = wire.loads_unchecked(body, frame=media_type(request) == wire.FRAME_CONTENT_TYPE,
+                bundle = wire.loads_unchecked(body, frame=request.content_type == wire.FRAME_CONTENT_TYPE,
                                               max_bytes=MAX_BODY_BYTES)
             except MalformedBundle:
                 bundle = None
@@ -216,7 +259,7 @@ class ServedNode:
         whether it lost its memory since the session's last call here."""
         log = getattr(self.engine, "fault_log", ())
         if len(log) > fired_before:
-            entry["fired"] = [type(f.fault).__name__ for f in log[fired_before:]]
+            entry["fired"] = tuple(type(f.fault).__name__ for f in log[fired_before:])
         sid = entry["session_id"]
         if sid is not None:
             entry["after_wipe"] = self._seen.get(sid, self.wipes) != self.wipes
@@ -225,17 +268,15 @@ class ServedNode:
     def _fault_count(self) -> int:
         return len(getattr(self.engine, "fault_log", ()))
 
-    async def _answer(self, request: web.Request, error: Optional[ShardError], took: float,
-                      body: bytes, content_type: str, entry: Optional[dict[str, Any]] = None,
-                      outcome: str = "ok") -> web.StreamResponse:
+    def _answer(self, error: Optional[ShardError], took: float, body: bytes, content_type: str,
+                entry: Optional[dict[str, Any]] = None, outcome: str = "ok") -> Response:
         headers = {DELAY_HEADER: repr(float(took))}
         if entry is not None:
             entry["held"] = took * self.time_scale
         if isinstance(error, ResponseLost):
             if entry is not None:
                 self.calls.end(entry, error.code)
-            self._abort(request, reset=False)  # applied; the answer never leaves
-            return dropped()
+            return DROP  # applied; the answer never leaves
         if error is not None:
             body, content_type = wire.dumps(error).encode("utf-8"), wire.JSON_CONTENT_TYPE
             status = error_status(error.code)
@@ -243,20 +284,12 @@ class ServedNode:
             status = 200
         if entry is not None:
             self.calls.end(entry, "reset" if self.partition == "reset" else outcome)
-        if self.partition == "reset":
-            response = web.StreamResponse(status=status, headers=headers)
-            response.content_type = content_type
-            response.content_length = len(body)
-            await response.prepare(request)
-            await response.write(body[: len(body) // 2])
-            self._abort(request, reset=True)
-            return response
-        return web.Response(status=status, body=body, content_type=content_type, headers=headers)
+        return Response(status, body, content_type, headers, cut=self.partition == "reset")
 
-    async def _compute(self, request: web.Request, op: str) -> web.StreamResponse:
+    async def _compute(self, request: Request, op: str) -> Response:
         media = media_type(request)
         hidden = hidden_form(request)
-        body = await request.read()
+        body = request.body
         frame = media == wire.FRAME_CONTENT_TYPE
         reason = None
         try:
@@ -272,25 +305,25 @@ class ServedNode:
         if reason is not None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{error.message} ({reason})")
         if error is not None:
-            return await self._answer(request, error, took, b"", media, entry, error.code)
+            return self._answer(error, took, b"", media, entry, error.code)
         if frame:
             data = wire.dumpb(out)
         else:
             data = wire.dumps(out, hidden=hidden).encode("utf-8")
         outcome = "malformed_output" if "Malformed" in entry["fired"] else "ok"
-        return await self._answer(request, None, took, data, media, entry, outcome)
+        return self._answer(None, took, data, media, entry, outcome)
 
-    async def _prefill(self, request: web.Request) -> web.StreamResponse:
+    async def _prefill(self, request: Request) -> Response:
         return await self._compute(request, "prefill")
 
-    async def _decode(self, request: web.Request) -> web.StreamResponse:
+    async def _decode(self, request: Request) -> Response:
         return await self._compute(request, "decode")
 
-    async def _close(self, request: web.Request, op: str) -> web.StreamResponse:
+    async def _close(self, request: Request, op: str) -> Response:
         if request.content_type != wire.JSON_CONTENT_TYPE:
             raise HTTPError("unsupported_media_type",
                              f"{op} takes {wire.JSON_CONTENT_TYPE}, got {request.content_type!r}")
-        body = await request.read()
+        body = request.body
         try:
             data = wire.read_json(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):  # a key given twice too
@@ -304,28 +337,27 @@ class ServedNode:
         _, error, took = await self._run(getattr(self.engine, op), session_id, epoch, entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
         if error is None:
-            return await self._answer(request, None, took, json.dumps(OK).encode("utf-8"), wire.JSON_CONTENT_TYPE,
-                                      entry)
+            return self._answer(None, took, _OK_BODY, wire.JSON_CONTENT_TYPE, entry)
         if session_id is None and epoch is None and isinstance(error, MalformedBundle):
             error = MalformedBundle(f"{op}: the body must be a JSON object "
                                     '{"session_id": <string>, "epoch": <integer>}')
-        return await self._answer(request, error, took, b"", wire.JSON_CONTENT_TYPE, entry, error.code)
+        return self._answer(error, took, b"", wire.JSON_CONTENT_TYPE, entry, error.code)
 
-    async def _cancel(self, request: web.Request) -> web.StreamResponse:
+    async def _cancel(self, request: Request) -> Response:
         return await self._close(request, "cancel")
 
-    async def _release(self, request: web.Request) -> web.StreamResponse:
+    async def _release(self, request: Request) -> Response:
         return await self._close(request, "release")
 
-    async def _session(self, request: web.Request) -> web.StreamResponse:
-        session_id = path_session_id(request)
+    async def _session(self, request: Request) -> Response:
+        session_id = path_session_id(request.path)
         if session_id is None:
-            return http_error("not_found", f"{request.raw_path!r} names no session: its id is not "
+            return error_answer("not_found", f"{request.path!r} names no session: its id is not "
                                             "percent-encoded UTF-8")
         view, _, _ = await self._run(self.engine.session, session_id)
         if view is None:
-            return http_error("not_found", f"node {self.name!r} holds nothing for session {session_id!r}")
-        return json_response({"kind": "session_view", "contract": CONTRACT_VERSION, "session_id": view.session_id,
+            return error_answer("not_found", f"node {self.name!r} holds nothing for session {session_id!r}")
+        return json_answer({"kind": "session_view", "contract": CONTRACT_VERSION, "session_id": view.session_id,
                       "epoch": view.epoch, "status": view.status, "cached_tokens": view.cached_tokens})
 
     def _snapshot(self) -> dict[str, Any]:
@@ -335,14 +367,14 @@ class ServedNode:
                 "crashed": bool(getattr(engine, "crashed", False)), "used_tokens": engine.used_tokens,
                 "capacity_tokens": engine.capacity_tokens}
 
-    async def _state(self, request: web.Request) -> web.StreamResponse:
+    async def _state(self, request: Request) -> Response:
         state, _, _ = await self._run(self._snapshot)
-        return json_response(state)
+        return json_answer(state)
 
-    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+    async def _metrics(self, request: Request) -> Response:
         """``GET /metrics``: the node in Prometheus's text format (:mod:`fakeshard.server._metrics`)."""
         text, _, _ = await self._run(self.metrics.exposition)
-        return web.Response(body=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
+        return Response(200, text, METRICS_CONTENT_TYPE)
 
     # -- admin ---------------------------------------------------------------
 
@@ -369,8 +401,3 @@ class ServedNode:
             return None
         async with self._calls:
             return action()
-
-
-def dropped() -> web.Response:
-    """What a handler returns after closing its connection on purpose (never reaches anyone)."""
-    return web.Response(status=204)
