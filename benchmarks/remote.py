@@ -6,8 +6,9 @@ The nodes run in a separate ``fakeshard serve`` process, as a coordinator
 would meet them; the client is this process's ``RemoteShardEngine``.
 
 * decode round trip (a FULL node, hidden 8) over the same server stack's
-  trivial echo endpoint (aiohttp answering the request's body, in another
-  process, reached with the same httpx client and a body of the same size):
+  trivial echo endpoint (the nodes' HTTP layer, ``fakeshard.server._h1``,
+  answering the request's body, in another process, reached with the same
+  httpx client and a body of the same size):
   goal <= 1.3;
 * a 512-position prefill at hidden 4096 through a served head -> middle ->
   tail over the same pipeline in process: goal <= 3;
@@ -18,7 +19,8 @@ would meet them; the client is this process's ``RemoteShardEngine``.
 * the server process's own CPU time per decode call (``/proc/PID/stat``),
   with ``--keepalive-clients`` standard-library keep-alive clients each
   sending ``--calls`` JSON decodes to one node, over the same figure for the
-  echo endpoint (goal: at most 50 us per decode);
+  echo endpoint (goal: at most 50 us per decode), and the echo's figure on
+  aiohttp's server for scale;
 * the wall time of a ``ci`` campaign of the reference coordinator program
   (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
   skips it).
@@ -45,7 +47,20 @@ from fakeshard import FakeShardEngine, Pipeline, ShardSpec, TokenBundle
 from fakeshard.remote import RemoteShardEngine
 
 _ECHO = """
-import socket, sys
+import asyncio, socket
+from fakeshard.server._h1 import H1Server, Response
+async def echo(request):
+    return Response(200, request.body, request.content_type)
+async def main():
+    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
+    print(sock.getsockname()[1], flush=True)
+    await H1Server(echo, max_body=1 << 30).listen(sock)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+#: The same echo on aiohttp's server (the nodes' stack until their own HTTP layer), for scale.
+_AIOHTTP_ECHO = """
+import socket
 from aiohttp import web
 async def echo(request):
     return web.Response(body=await request.read(), content_type=request.content_type)
@@ -142,6 +157,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             echo = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, text=True)
             procs.append(echo)
             echo_url = f"http://127.0.0.1:{int(echo.stdout.readline())}/echo"
+            aio = subprocess.Popen([sys.executable, "-c", _AIOHTTP_ECHO], stdout=subprocess.PIPE, text=True)
+            procs.append(aio)
+            aio_url = f"http://127.0.0.1:{int(aio.stdout.readline())}/echo"
 
             # 1. decode round trip against an echo of the same size.
             full = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
@@ -215,6 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             decode_cpu_us = _server_cpu_per_call(server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode",
                                                  clients, calls, decode_body)
             echo_cpu_us = _server_cpu_per_call(echo.pid, echo_url, clients, calls, decode_body)
+            aiohttp_cpu_us = _server_cpu_per_call(aio.pid, aio_url, clients, calls, decode_body)
             for k in range(clients):
                 full.release(f"cpu{k}", 0)
     finally:
@@ -251,6 +270,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "server_cpu_per_decode_us": round(decode_cpu_us, 1),
         "server_cpu_per_echo_us": round(echo_cpu_us, 1),
         "decode_cpu_over_echo": round(decode_cpu_us / echo_cpu_us, 2),
+        "aiohttp_cpu_per_echo_us": round(aiohttp_cpu_us, 1),
         "keepalive_clients": args.keepalive_clients,
         "program_ci_campaign_s": None if campaign_s is None else round(campaign_s, 1),
     }
@@ -266,6 +286,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
           f"({held} positions)")
     print(f"  server CPU per JSON decode, {args.keepalive_clients} keep-alive clients "
           f"{decode_cpu_us:7.1f} us   {decode_cpu_us / echo_cpu_us:5.2f}x echo's {echo_cpu_us:.1f} us (goal <= 50 us)")
+    print(f"  server CPU per echo on aiohttp's server (for scale)          {aiohttp_cpu_us:7.1f} us   "
+          f"{aiohttp_cpu_us / echo_cpu_us:5.2f}x the nodes' stack")
     if campaign_s is not None:
         print(f"  ci campaign of the reference coordinator program   {campaign_s:7.1f} s")
     print(json.dumps(figures))
