@@ -29,6 +29,8 @@ __all__ = ["DROP", "Request", "Response", "H1Server", "MAX_LINE"]
 MAX_LINE = 8190
 _log = logging.getLogger("fakeshard.server")
 _REASONS = {status.value: status.phrase for status in http.HTTPStatus}
+#: The headers a request is read for (the others are parsed, and not kept).
+_READ_HEADERS = {name.encode(): name for name in ("content-type", "content-length", "connection", "expect")}
 
 
 class Request:
@@ -45,7 +47,8 @@ class Request:
         #: The raw path, not yet percent-decoded (latin-1 text of the request's bytes).
         self.path = raw.decode("latin-1")
         self.query_string = query.partition(b"#")[0].decode("latin-1")
-        #: Header names in lower case; a header given twice keeps the last value.
+        #: ``Content-Type``, ``Content-Length``, ``Connection`` and ``Expect``, the headers a node
+        #: reads (names in lower case; a header given twice keeps the last value).
         self.headers = headers
         self.body = body
         self.transport = transport
@@ -162,7 +165,9 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) + len(value) + 2 > MAX_LINE:
             raise _LineTooLong()
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        key = _READ_HEADERS.get(name.lower())
+        if key is not None:
+            self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length", "")

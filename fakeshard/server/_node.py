@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional
@@ -111,8 +112,10 @@ class ServedNode:
         self._always_worker = getattr(engine, "evidence_class", "") == "real-model"
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fakeshard-{name}")
         self._posts: dict[str, Callable[[Request], Awaitable[Response]]] = {
-            "/v1/prefill": self._prefill, "/v1/decode": self._decode,
-            "/v1/cancel": self._cancel, "/v1/release": self._release}
+            "/v1/prefill": functools.partial(self._compute, op="prefill"),
+            "/v1/decode": functools.partial(self._compute, op="decode"),
+            "/v1/cancel": functools.partial(self._close, op="cancel"),
+            "/v1/release": functools.partial(self._close, op="release")}
         self._gets: dict[str, Callable[[Request], Awaitable[Response]]] = {
             "/v1/state": self._state, "/metrics": self._metrics}
         self.metrics = NodeMetrics(engine)
@@ -313,12 +316,6 @@ class ServedNode:
         outcome = "malformed_output" if "Malformed" in entry["fired"] else "ok"
         return self._answer(None, took, data, media, entry, outcome)
 
-    async def _prefill(self, request: Request) -> Response:
-        return await self._compute(request, "prefill")
-
-    async def _decode(self, request: Request) -> Response:
-        return await self._compute(request, "decode")
-
     async def _close(self, request: Request, op: str) -> Response:
         if request.content_type != wire.JSON_CONTENT_TYPE:
             raise HTTPError("unsupported_media_type",
@@ -342,12 +339,6 @@ class ServedNode:
             error = MalformedBundle(f"{op}: the body must be a JSON object "
                                     '{"session_id": <string>, "epoch": <integer>}')
         return self._answer(error, took, b"", wire.JSON_CONTENT_TYPE, entry, error.code)
-
-    async def _cancel(self, request: Request) -> Response:
-        return await self._close(request, "cancel")
-
-    async def _release(self, request: Request) -> Response:
-        return await self._close(request, "release")
 
     async def _session(self, request: Request) -> Response:
         session_id = path_session_id(request.path)
