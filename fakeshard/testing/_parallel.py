@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
@@ -211,8 +213,19 @@ class Tokens:
         return self.known[key]
 
 
-def run_program(factory: Callable[..., Any], spec: ShardSpec, program: Program) -> list[Op]:
-    """One run of ``program`` on a fresh engine: the history observed."""
+#: The pauses a jittered run may take before a branch's call (seconds; most calls take none).
+JITTER = (0.0, 0.0, 0.0, 0.00005, 0.0002, 0.001)
+
+
+def run_program(factory: Callable[..., Any], spec: ShardSpec, program: Program, jitter: int = 0) -> list[Op]:
+    """One run of ``program`` on a fresh engine: the history observed.
+
+    ``jitter`` (0: none) seeds the pauses each branch takes before its calls
+    (one of ``JITTER``): the same program then lines its branches' calls up
+    differently from run to run, where without pauses each run mostly repeats
+    the last one's interleaving.  A pause comes before the call is invoked, so
+    the history's times stay the calls' own.
+    """
     engine = factory(spec, seed=0, capacity_tokens=program.capacity, faults=CRASH_PLAN)
     ticks = itertools.count()
     history: list[Op] = []
@@ -226,8 +239,11 @@ def run_program(factory: Callable[..., Any], spec: ShardSpec, program: Program) 
     barrier = threading.Barrier(len(program.branches))
 
     def branch(number: int, calls: list[tuple[int, tuple]], client: Any) -> None:
+        pauses = random.Random(jitter * 16 + number) if jitter else None
         barrier.wait()
         for i, call in calls:
+            if pauses is not None and (pause := pauses.choice(JITTER)):
+                time.sleep(pause)
             invoked = next(ticks)
             outcome = _outcome(client, call)
             history.append(Op(i, number, call, outcome, invoked,
@@ -254,9 +270,10 @@ def run_program(factory: Callable[..., Any], spec: ShardSpec, program: Program) 
 
 def find_failure(factory: Callable[..., Any], spec: ShardSpec, program: Program, repeats: int,
                  tokens: Tokens) -> Optional[tuple[list[Op], Verdict]]:
-    """The first of ``repeats`` runs whose history is not linearizable, or ``None``."""
-    for _ in range(repeats):
-        history = tokens.blur(run_program(factory, spec, program))
+    """The first of ``repeats`` runs whose history is not linearizable, or ``None``: the first
+    run without pauses, the others each with its own seeded jitter (:func:`run_program`)."""
+    for jitter in range(repeats):
+        history = tokens.blur(run_program(factory, spec, program, jitter))
         probes.record(_probes(history))
         verdict = check(history, program.capacity, tokens)
         if not verdict.linearizable:
@@ -329,7 +346,7 @@ class ParallelConfig:
     @classmethod
     def from_settings(cls, settings: Settings) -> "ParallelConfig":
         return cls(programs=max(settings.max_examples // 2, 4),
-                   branch_calls=max(min(settings.stateful_step_count // 8, 10), 3), repeats=4)
+                   branch_calls=max(min(settings.stateful_step_count // 8, 10), 3), repeats=12)
 
 
 def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: Any = None,
