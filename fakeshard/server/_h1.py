@@ -268,6 +268,11 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+        self._server._connections.discard(self)
+
 
 class _Started:
     """A coroutine that already ran to its first wait, to be carried on by a task: the task
@@ -326,16 +331,29 @@ class H1Server:
             self._server.close()
             self._server = None
 
-    def drop_connections(self) -> None:
+    async def drop_connections(self) -> None:
+        """Close every open connection, and return once their sockets are closed.
+
+        asyncio closes a transport's socket on a later turn of the loop; an admin
+        call that answers before then would let a client send its next request on
+        a connection that is about to close, and see it reset instead of refused.
+        A connection whose answer the client does not read is reset after 100 turns.
+        """
         for connection in list(self._connections):
             connection.close()
+        for _ in range(100):
+            if not self._connections:
+                return
+            await asyncio.sleep(0)
+        for connection in list(self._connections):
+            connection.abort()
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Stop listening, close every connection and cancel what their requests still await."""
         self.stop_listening()
-        self.drop_connections()
         for task in list(self._tasks):
             task.cancel()
+        await self.drop_connections()
 
     def _spawn(self, awaitable: Awaitable[None]) -> "asyncio.Task[None]":
         task = asyncio.ensure_future(awaitable)

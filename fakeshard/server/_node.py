@@ -137,7 +137,7 @@ class ServedNode:
         self._healed.set()
         self._closing.set()
         await asyncio.sleep(0)  # let the calls a partition swallowed see it and end
-        self._http.close()
+        await self._http.close()
         self._executor.shutdown(wait=False)
 
     def describe(self) -> dict[str, Any]:
@@ -154,9 +154,7 @@ class ServedNode:
         self.partition = mode
         if mode == "refuse":
             self._http.stop_listening()
-            self._http.drop_connections()
-            for _ in range(3):  # let the loop close the sockets before the admin call answers
-                await asyncio.sleep(0)
+            await self._http.drop_connections()  # closed before the admin call answers
         elif mode == "hang":
             self._healed.clear()
 
