@@ -122,6 +122,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass, yet one
+        if not self._server.accepting:  # accepted just before the listener closed: refused too
+            transport.close()
+            return
         self._server._connections.add(self)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
@@ -319,14 +322,18 @@ class H1Server:
     def __init__(self, handler: Handler, *, max_body: int) -> None:
         self.handler, self.max_body = handler, max_body
         self._server: Optional[asyncio.Server] = None
+        #: Listening: a connection made meanwhile is served (else closed at once).
+        self.accepting = False
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def listen(self, sock: socket.socket) -> None:
+        self.accepting = True
         self._server = await asyncio.get_running_loop().create_server(lambda: _Connection(self), sock=sock)
 
     def stop_listening(self) -> None:
         """Close the listening socket (new connections are refused); open ones stay."""
+        self.accepting = False
         if self._server is not None:
             self._server.close()
             self._server = None
