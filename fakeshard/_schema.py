@@ -106,8 +106,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "spec": {"$ref": "#/$defs/spec"}, "seed": _I64,
         "capacity_tokens": {"oneOf": [_NAT, {"type": "null"}]},
         "faults": {"oneOf": [{"$ref": "#/$defs/fault_plan"}, {"type": "null"}]},
-        "port": {"type": "integer", "minimum": 0, "maximum": 65535}},
-        optional=("name", "seed", "capacity_tokens", "faults", "port")),
+        "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+        "latency": {"oneOf": [{"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 60},
+                               "minItems": 2, "maxItems": 2}, {"type": "null"}]}},
+        optional=("name", "seed", "capacity_tokens", "faults", "port", "latency")),
     "fault_log": _object("fault_log", {"fired": {"type": "array", "items": _object(None, {
         "call": {"type": "integer", "minimum": 1}, "rule": {"type": "integer", "minimum": 0},
         "op": {"enum": list(OPS)}, "session_id": {}, "fault": {"$ref": "#/$defs/fault"}})}}),

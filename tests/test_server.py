@@ -416,6 +416,24 @@ def test_control_adds_and_removes_nodes(cluster):
         engine.used_tokens
 
 
+@pytest.mark.parametrize("latency", [[0.1], [0.2, 0.1], [-1, 1], [0, 61], ["a", 1], [True, 1], 5, "0.1", [], 0])
+def test_a_latency_the_control_port_cannot_take_is_bad_request_and_adds_nothing(cluster, latency):
+    r = httpx.post(cluster.control + "/v1/nodes",
+                   json={"spec": asdict(SPEC.with_layers(0, 2)), "name": "lat", "latency": latency})
+    assert r.status_code == 400 and r.json()["code"] == "bad_request" and "latency" in r.json()["message"]
+    assert "lat" not in cluster.nodes()
+
+
+def test_a_node_s_latency_holds_each_call_both_ways_and_no_read(cluster):
+    added = cluster.add(SPEC.with_layers(0, 2), name="far", latency=(0.05, 0.05))
+    engine = RemoteShardEngine(added["url"])
+    engine.prefill(TokenBundle("s", 0, 0, (1,)))
+    (entry,) = httpx.get(cluster.control + "/v1/nodes/far/calls").json()["calls"]
+    assert entry["outcome"] == "ok" and entry["answered"] - entry["received"] >= 0.1  # a hop each way
+    assert entry["held"] == 0.0  # latency is the network's, not a Delay fault
+    assert httpx.get(f"{cluster.control}/v1/nodes/far/log").json()["fired"] == []
+
+
 def _mutations(good: dict[str, bytes], rng) -> tuple[str, str, bytes, str]:
     """One request: a method, a path, a body and a content type, each possibly wrong."""
     paths = ["/v1/prefill", "/v1/decode", "/v1/cancel", "/v1/release", "/v1/state", "/v1/sessions/s",

@@ -44,11 +44,16 @@ class ClusterClient:
                                  client=shared)
 
     def add(self, spec: ShardSpec, *, name: Optional[str] = None, seed: int = 0,
-            capacity_tokens: Optional[int] = None, faults: Optional[FaultPlan] = None) -> dict[str, Any]:
+            capacity_tokens: Optional[int] = None, faults: Optional[FaultPlan] = None,
+            latency: Optional[tuple[float, float]] = None) -> dict[str, Any]:
+        """Add a node; ``latency`` (least, most): seconds each of a call's two hops takes, drawn
+        uniformly (docs/contract.md, "Control port")."""
         body: dict[str, Any] = {"spec": asdict(spec), "seed": seed, "capacity_tokens": capacity_tokens,
                                 "faults": None if faults is None else json.loads(wire.dumps(faults))}
         if name is not None:
             body["name"] = name
+        if latency is not None:
+            body["latency"] = list(latency)
         return self._call("POST", "/v1/nodes", json=body)
 
     def remove(self, name: str) -> None:

@@ -27,6 +27,9 @@ from fakeshard.server._http import (
 )
 from fakeshard.server._node import ServedNode
 
+#: Most seconds a node's latency may draw for one hop.
+MAX_LATENCY = 60
+
 
 class ServedCluster:
     """Nodes and the control listener, on the running event loop."""
@@ -52,7 +55,7 @@ class ServedCluster:
     async def add(self, name: Optional[str], spec: ShardSpec, *, seed: int = 0,
                   capacity_tokens: Optional[int] = None, faults: Optional[FaultPlan] = None,
                   port: int = 0, clock: Optional[Clock] = None,
-                  time_scale: Optional[float] = None) -> ServedNode:
+                  time_scale: Optional[float] = None, latency: tuple[float, float] = (0.0, 0.0)) -> ServedNode:
         """Build an engine with the cluster's factory and serve it on its own port."""
         if name is None:
             self._next += 1
@@ -64,7 +67,8 @@ class ServedCluster:
         clock = clock if clock is not None else VirtualClock()
         engine = self.factory(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
         node = ServedNode(name, engine, clock=clock, host=self.host, port=port,
-                          time_scale=self.time_scale if time_scale is None else time_scale, calls=self.calls)
+                          time_scale=self.time_scale if time_scale is None else time_scale, calls=self.calls,
+                          latency=latency, seed=seed)
         await node.start()
         self.nodes[name] = node
         return node
@@ -140,7 +144,7 @@ class ServedCluster:
         data = read_body_json(await request.read(), "node")
         if not isinstance(data, dict):
             raise HTTPError("bad_request", "the body must be a JSON object")
-        extra = sorted(set(data) - {"name", "spec", "seed", "capacity_tokens", "faults", "port"})
+        extra = sorted(set(data) - {"name", "spec", "seed", "capacity_tokens", "faults", "port", "latency"})
         if extra:
             raise HTTPError("bad_request", f"unknown field(s) {extra}")
         name = data.get("name")
@@ -158,6 +162,13 @@ class ServedCluster:
         seed = data.get("seed", 0)
         if type(seed) is not int:
             raise HTTPError("bad_request", f"seed must be an integer, got {seed!r}")
+        latency = data.get("latency")
+        latency = [0, 0] if latency is None else latency  # absent or null: none
+        if not (isinstance(latency, list) and len(latency) == 2
+                and all(type(x) in (int, float) and 0 <= x <= MAX_LATENCY for x in latency)
+                and latency[0] <= latency[1]):
+            raise HTTPError("bad_request", f"latency must be [least, most] seconds, 0 <= least <= most <= "
+                                            f"{MAX_LATENCY}, got {latency!r}")
         try:
             config: NodeConfig = Topology.from_dict({
                 "model": {"model_id": spec.model_id, "n_layers": spec.n_layers,
@@ -167,7 +178,7 @@ class ServedCluster:
             raise HTTPError("bad_request", str(exc)) from None
         try:
             node = await self.add(name, spec, seed=seed, capacity_tokens=config.capacity_tokens,
-                                  faults=config.faults, port=config.port)
+                                  faults=config.faults, port=config.port, latency=(latency[0], latency[1]))
         except OSError as exc:
             raise HTTPError("conflict", f"cannot listen on port {config.port}: {exc.strerror}") from None
         except (TypeError, ValueError) as exc:

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import functools
 import json
+import random
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional
 from urllib.parse import parse_qsl, unquote
@@ -94,7 +95,8 @@ class ServedNode:
     """One engine on its own listener."""
 
     def __init__(self, name: str, engine: Any, *, clock: Clock, time_scale: float, host: str,
-                 port: int, calls: Optional[CallLog] = None) -> None:
+                 port: int, calls: Optional[CallLog] = None, latency: tuple[float, float] = (0.0, 0.0),
+                 seed: int = 0) -> None:
         self.name, self.engine, self.clock = name, engine, clock
         #: Where the node logs every call it is sent (the cluster's log, shared by its nodes).
         self.calls = calls if calls is not None else CallLog()
@@ -103,6 +105,9 @@ class ServedNode:
         #: Session id -> ``wipes`` when the session's last call here was applied.
         self._seen: dict[str, int] = {}
         self.time_scale = time_scale
+        #: A call's hop each way, seconds, drawn uniformly from this range (real time, not scaled).
+        self.latency = latency
+        self._hops = random.Random(f"{seed}:{name}")  # a str seeds through SHA-512: the same in every process
         self.host, self.port = host, port
         self.partition: Optional[str] = None
         self._healed = asyncio.Event()
@@ -212,6 +217,8 @@ class ServedNode:
         it holds up no other call.  ``entry``, the call's log entry, is filled in as
         the call is applied (before any delay).
         """
+        if entry is not None and self.latency[1] > 0:
+            await asyncio.sleep(self._hops.uniform(*self.latency))  # the request's hop
         async with self._calls:
             fired = self._fault_count()
             if heavy or self._always_worker:
@@ -223,6 +230,8 @@ class ServedNode:
                 self._applied(entry, fired)
         if took > 0 and self.time_scale > 0:
             await asyncio.sleep(took * self.time_scale)
+        if entry is not None and self.latency[1] > 0:
+            await asyncio.sleep(self._hops.uniform(*self.latency))  # the answer's hop
         return result, error, took
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Optional[ShardError], float]:

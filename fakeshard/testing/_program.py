@@ -18,7 +18,9 @@ program, in *real time*, over a served cluster on loopback
   judged from what the nodes saw; what a node holds, from ``GET /v1/sessions/{id}``
   and ``GET /v1/state``;
 * a scenario's seconds are scaled by :data:`SCALE` (a partition of 4 scenario
-  seconds lasts one real second), and so are the fault plans' delays.
+  seconds lasts one real second), and so are the fault plans' delays and the
+  simulation's network hop, which every node is given as its latency (so calls
+  are in flight when the nemesis strikes, as in the simulation).
 
 Runs are seeded (workload, fault plans, nemesis schedule) but not replayable
 event for event: the operating system schedules the program, the nodes and the
@@ -55,7 +57,7 @@ from fakeshard.testing._concurrent import (
     scenarios,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
-from fakeshard.testing._sim import Call, NemesisWorld, ranges
+from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
 
 __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
@@ -339,7 +341,8 @@ class _ServedWorld(NemesisWorld):
         spec = self.spec.with_layers(a, b)
         index = len(self.nodes)
         name = f"n{index}"
-        body: dict[str, Any] = {"name": name, "spec": asdict(spec), "seed": self.scenario.engine_seed}
+        body: dict[str, Any] = {"name": name, "spec": asdict(spec), "seed": self.scenario.engine_seed,
+                                "latency": [hop * self.scale for hop in HOP]}
         if self.scenario.capacity is not None:
             body["capacity_tokens"] = self.scenario.capacity
         if plan is not None and plan.rules:
