@@ -13,7 +13,7 @@ from fakeshard._faults import FaultPlan, FaultRule
 from fakeshard.wire import _frame
 from fakeshard.wire._format import BUNDLE_KINDS, KINDS, MAX_FRAME_BYTES, MAX_TEXT_CHARS, Bad
 from fakeshard.wire._json import json_object
-from fakeshard.wire._schema import envelope, hidden_values, int64, read_object
+from fakeshard.wire._schema import envelope, fits_64_bits, hidden_values, int64, read_object
 
 
 def loads(text: Union[str, bytes], *, max_chars: int = MAX_TEXT_CHARS) -> Any:
@@ -88,7 +88,7 @@ def _field_names(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
 def _within_64_bits(items: tuple[Any, ...], kind: str, name: str) -> None:
     """The wire's own rule for the integers of a field's array; refused by name and index."""
     for i, item in enumerate(items):
-        if type(item) is int and not -(2**63) <= item < 2**63:
+        if type(item) is int and not fits_64_bits(item):
             int64(item, f"{kind}.{name}[{i}]")
 
 
@@ -135,13 +135,11 @@ def loads_unchecked(data: Union[str, bytes], *, frame: bool = False,
                 value = hidden_values(value, f"{kind}.hidden", payload)
             elif isinstance(value, list):
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-            if name == "hidden":  # integers within 64 bits is the wire's own rule, not a value's
-                pass
-            elif type(value) is int:
-                if not -(2**63) <= value < 2**63:
-                    int64(value, f"{kind}.{name}")
-            elif isinstance(value, tuple):
-                _within_64_bits(value, kind, name)
+            if name != "hidden":  # integers within 64 bits is the wire's own rule, not a value's
+                if type(value) is int and not fits_64_bits(value):
+                    int64(value, f"{kind}.{name}")  # the label is built only to refuse
+                elif isinstance(value, tuple):
+                    _within_64_bits(value, kind, name)
             values[name] = value
         return cls(**values)
     except Bad as exc:

@@ -27,9 +27,14 @@ def fault_from_dict(data: Any) -> Any:
         raise MalformedBundle(f"wire: {exc}") from None
 
 
+def fits_64_bits(value: int) -> bool:
+    """Whether ``value`` is within signed 64 bits, the wire's range for every integer."""
+    return -(2**63) <= value < 2**63
+
+
 def int64(value: int, path: str) -> int:
-    """``value`` if it fits in signed 64 bits, the wire's range for every integer."""
-    if not -(2**63) <= value < 2**63:
+    """``value`` if it fits in signed 64 bits; else :class:`Bad`, naming ``path``."""
+    if not fits_64_bits(value):
         raise Bad(f"{path} does not fit in 64 bits")
     return value
 
