@@ -26,6 +26,7 @@ from typing import Any, Iterator, Optional
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["CALL_SECONDS_BUCKETS", "CONTENT_TYPE", "NodeMetrics"]
 
@@ -84,7 +85,7 @@ class _Calls(Collector):
         yield calls
         seconds = HistogramMetricFamily("fakeshard_call_seconds", "Virtual seconds each engine call took on "
                                         "the node's clock (its Delay faults).", labels=["op"])
-        bounds = [repr(b) for b in CALL_SECONDS_BUCKETS] + ["+Inf"]
+        bounds = [floatToGoString(b) for b in CALL_SECONDS_BUCKETS] + ["+Inf"]  # as Histogram writes `le`
         for op, counts in sorted(self.metrics.seconds.items()):
             cumulative, total = [], 0
             for bound, in_bucket in zip(bounds, counts[:-1]):
