@@ -254,8 +254,10 @@ class _Connection(asyncio.Protocol):
                     transport.write(head + body[: len(body) // 2])
                     reset(transport)
                     return
-                transport.write(head + body if len(body) < 65536 else head)
-                if len(body) >= 65536:
+                if len(body) < 65536:
+                    transport.write(head + body)
+                else:  # not copied into one buffer
+                    transport.write(head)
                     transport.write(body)
                 if close:
                     transport.close()
