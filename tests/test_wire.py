@@ -414,3 +414,10 @@ def test_a_non_finite_number_in_any_field_is_refused_by_the_field_s_own_check_to
     for text in texts:
         with pytest.raises(MalformedBundle):
             wire.loads(text)
+
+
+@pytest.mark.parametrize("read", [wire.loads, wire.loads_unchecked], ids=["loads", "loads_unchecked"])
+def test_a_text_starting_with_a_byte_order_mark_is_refused_naming_it(read):
+    text = "\ufeff" + wire.dumps(TokenBundle("s", 0, 0, (1,)))
+    with pytest.raises(MalformedBundle, match="BOM"):
+        read(text)

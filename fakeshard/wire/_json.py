@@ -43,6 +43,8 @@ def read_json(text: Union[str, bytes]) -> Any:
 def json_object(text: str, strict: bool) -> dict[str, Any]:
     """``text`` as one JSON object; ``strict`` refuses NaN and infinities."""
     try:
+        if text[:1] == "\ufeff":  # refused by json.loads, with its words (a decoder's decode() skips that)
+            json.loads(text)
         data = (_STRICT_DECODER if strict else _DECODER).decode(text)
     except RecursionError:
         raise Bad("JSON is nested too deeply") from None
