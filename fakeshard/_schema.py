@@ -126,7 +126,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "outcome": {"enum": ["pending", "ok", "hung", "reset", "malformed_output", *ERROR_CODES]},
             "fired": {"type": "array", "items": {"enum": ["Crash", "Delay", "DropResponse", "Malformed",
                                                           "MemoryPressure"]}},
-            "held": _NUMBER, "after_wipe": {"type": "boolean"}})}}, optional=("node",)),
+            "held": _NUMBER, "after_wipe": {"type": "boolean"},
+            "abandoned": {"type": ["number", "null"]}})}}, optional=("node",)),
 }
 # A fault rule on its own also carries kind and contract: the body's fields plus those two.
 SCHEMAS["fault_rule"] = _object("fault_rule", dict(SCHEMAS["fault_rule_body"]["properties"]))

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import socket
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from fakeshard import FakeShardEngine, FaultPlan, ShardSpec, TokenBundle
+from fakeshard import Delay, DropResponse, FakeShardEngine, FaultPlan, FaultRule, ShardSpec, TokenBundle, wire
 from fakeshard._cli import main as cli
 from fakeshard._schema import schema
 from fakeshard.remote import RemoteShardEngine
@@ -154,6 +156,66 @@ def test_a_token_off_the_stream_fails_the_stream_check(tmp_path):
     assert run.check == "stream"
 
 
+def test_a_call_the_program_timed_out_on_a_late_answer_counts_as_a_failure_in_the_budget():
+    # A decode held 0.75 s real (Delay 3 scenario seconds, scaled 0.25) by a program that waits
+    # 0.2 s: it gives up on that node, routes to the spare and replays.  What the nodes saw is
+    # two passes over the route with no failing call; the caller's hang-up is the failure.
+    late = Scenario(seed=0, stages=1, replicas=2, capacity=None,
+                    plans=(FaultPlan((FaultRule(Delay(3.0), op="decode", nth=1),)), FaultPlan()),
+                    clients=(Client("a", 0.0, (Round([1, 2], 3),)),))
+    run = run_program_scenario(FakeShardEngine, late, f"{REFERENCE} --call-timeout 0.2", settings=QUICK)
+    assert run.failure is None, run.failure
+    (abandoned,) = [c for c in run.calls if c["abandoned"]]
+    assert (abandoned["node"], abandoned["op"], abandoned["epoch"]) == (0, "decode", 0)
+    assert run.reached["program:call_abandoned"] == 1 and run.reached["sim:replay_new_epoch"] == 1
+
+
+def test_a_late_answer_the_program_never_read_counts_as_a_failure_in_the_budget(tmp_path):
+    # Session a's program times out after the answer came but before it read it (what a loaded
+    # machine does to any coordinator): it closes the connection with the answer unread and
+    # prefills again at a new epoch.  The node logs the hang-up after the call ended, and after
+    # session b's requests made the harness read that call.
+    cmd = python_program(tmp_path, """\
+        import socket, threading, time, urllib.request
+        def post(url, op, body, read=True):
+            data = json.dumps(body).encode()
+            if read:
+                req = urllib.request.Request(url + "/v1/" + op, data, {"Content-Type": "application/json"})
+                return json.loads(urllib.request.urlopen(req, timeout=5).read())
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"POST /v1/%s HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n"
+                         b"Content-Length: %d\\r\\n\\r\\n%s" % (op.encode(), len(data), data))
+            time.sleep(0.5)  # the answer arrives meanwhile, and is never read
+            sock.close()
+        def answer(request, url):
+            kind, sid = request["type"], request.get("session_id")
+            epoch = 1 if sid == "a" else 0
+            if kind == "next_token":
+                bundle = {"kind": "token_bundle", "contract": "1", "session_id": sid, "start_pos": 0, "tokens": [1]}
+                if sid == "a":
+                    post(url, "prefill", dict(bundle, epoch=0), read=False)
+                token = post(url, "prefill", dict(bundle, epoch=epoch))["token"]
+                with lock:
+                    reply(request, "next_token_ok", token=token)
+            else:
+                if kind == "release":
+                    post(url, "release", {"session_id": sid, "epoch": epoch})
+                with lock:
+                    reply(request, kind + "_ok")
+        if request["type"] == "init":
+            lock, url = threading.Lock(), request["stages"][0][0]["url"]
+        threading.Thread(target=answer, args=(request, url)).start()
+        """)
+    scenario = Scenario(seed=0, stages=1, replicas=1, capacity=None, plans=(FaultPlan(),),
+                        clients=(Client("a", 0.0, (Round([1], 1),)), Client("b", 0.4, (Round([1], 1),))))
+    run = run_program_scenario(FakeShardEngine, scenario, cmd, settings=QUICK)
+    assert run.failure is None, run.failure
+    calls = [(c["session_id"], c["op"], c["epoch"], c["abandoned"]) for c in run.calls]
+    assert calls.index(("b", "release", 0, False)) < calls.index(("a", "prefill", 1, False))
+    assert ("a", "prefill", 0, True) in calls
+
+
 # -- campaigns -----------------------------------------------------------------------------------
 
 def _campaign(command: str, tmp_path: Path, **kwargs):
@@ -254,6 +316,81 @@ def test_the_call_log_keeps_every_call_a_node_was_sent_and_how_it_ended():
         bad = httpx.get(f"{control}/v1/calls", params={"since": "-1"})
         assert bad.status_code == 400 and bad.json()["code"] == "bad_request" and "since" in bad.json()["message"]
         assert httpx.get(f"{control}/v1/nodes/nobody/calls").status_code == 404
+    finally:
+        server.close()
+
+
+def _entries(control: str, until=lambda calls: True, seconds: float = 5.0) -> list[dict]:
+    """The cluster's log, read again (every 20 ms, at most ``seconds``) until ``until`` holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        calls = httpx.get(f"{control}/v1/calls").json()["calls"]
+        if until(calls) or time.monotonic() > deadline:
+            return calls
+        time.sleep(0.02)
+
+
+def _raw_prefill(url: str, session_id: str) -> socket.socket:
+    """A prefill sent on a raw socket, its answer not read."""
+    body = wire.dumps(TokenBundle(session_id, 0, 0, (1, 2))).encode()
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return sock
+
+
+def test_the_call_log_says_which_callers_hung_up_before_reading_their_answer():
+    server = ServerThread(FakeShardEngine, time_scale=1.0)
+    try:
+        spec = ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64)
+        slow = server.add(spec, faults=FaultPlan((FaultRule(Delay(0.5), op="prefill", nth=1),)))
+        fast = server.add(spec)
+        control = server.cluster.control_url
+        # Closed while the call waits on the node (its answer held 0.5 s): abandoned then.
+        _raw_prefill(slow.url, "gone").close()
+        # Closed after the answer came, with the answer unread: the kernel resets the connection.
+        unread = _raw_prefill(fast.url, "unread")
+        _entries(control, lambda calls: any(c["session_id"] == "unread" and c["answered"] for c in calls))
+        unread.close()
+        # Read, then closed: what a caller done with a connection does; nothing abandoned.
+        read = _raw_prefill(fast.url, "read")
+        assert read.recv(65536).startswith(b"HTTP/1.1 200")
+        read.close()
+        calls = _entries(control, lambda calls: sum(c["abandoned"] is not None for c in calls) >= 2
+                         and all(c["outcome"] != "pending" for c in calls))
+        by_session = {c["session_id"]: c for c in calls}
+        gone, unread_entry = by_session["gone"], by_session["unread"]
+        assert gone["outcome"] == "ok" and gone["received"] < gone["abandoned"] < gone["answered"]
+        assert unread_entry["answered"] <= unread_entry["abandoned"]
+        # One more call on a new connection, answered: the earlier close has been read by then.
+        engine = RemoteShardEngine(fast.url, timeout=5)
+        engine.prefill(TokenBundle("after", 0, 0, (1,)))
+        assert _entries(control)[2]["session_id"] == "read" and _entries(control)[2]["abandoned"] is None
+    finally:
+        server.close()
+
+
+def test_a_connection_the_node_closes_abandons_no_call():
+    server = ServerThread(FakeShardEngine, time_scale=1.0)
+    try:
+        spec = ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64)
+        node = server.add(spec, faults=FaultPlan((FaultRule(Delay(0.5), op="prefill", nth=1),
+                                                  FaultRule(DropResponse(), op="prefill", nth=2))))
+        control = server.cluster.control_url
+        held = _raw_prefill(node.url, "held")
+        _entries(control, lambda calls: len(calls) == 1)
+        # A refusing partition closes every connection, the held call's too: the node's doing.
+        assert httpx.post(f"{control}/v1/nodes/{node.name}/partition", json={"mode": "refuse"}).status_code == 200
+        assert held.recv(65536) == b""
+        httpx.delete(f"{control}/v1/nodes/{node.name}/partition")
+        dropped = _raw_prefill(node.url, "dropped")  # DropResponse: closed unanswered by the node
+        assert dropped.recv(65536) == b""
+        held.close()
+        dropped.close()
+        calls = _entries(control, lambda calls: all(c["outcome"] != "pending" for c in calls))
+        assert [(c["session_id"], c["outcome"], c["abandoned"]) for c in calls] == [
+            ("held", "ok", None), ("dropped", "response_lost", None)]
     finally:
         server.close()
 

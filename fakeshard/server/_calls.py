@@ -48,7 +48,7 @@ class CallLog:
                  "epoch": epoch if type(epoch) is int else None,
                  "start_pos": start_pos if type(start_pos) is int else None, "positions": positions,
                  "received": self.now(), "answered": None, "outcome": "pending", "fired": (), "held": 0.0,
-                 "after_wipe": False}
+                 "after_wipe": False, "abandoned": None}
         self._next += 1
         self._entries.append(entry)
         return entry
@@ -59,6 +59,11 @@ class CallLog:
             entry["outcome"] = outcome
             if outcome != "hung":
                 entry["answered"] = self.now()
+
+    def abandon(self, entry: dict[str, Any]) -> None:
+        """The call's caller hung up before reading its answer, now (the first time counts)."""
+        if entry["abandoned"] is None:
+            entry["abandoned"] = self.now()
 
     def since(self, seq: int, node: Optional[str] = None) -> dict[str, Any]:
         """Entries numbered ``seq`` or later (of ``node`` only, if named), oldest first."""

@@ -36,7 +36,7 @@ _READ_HEADERS = {name.encode(): name for name in ("content-type", "content-lengt
 class Request:
     """One parsed request: what a node's handler reads."""
 
-    __slots__ = ("method", "path", "query_string", "headers", "body", "transport", "too_large")
+    __slots__ = ("method", "path", "query_string", "headers", "body", "transport", "too_large", "tag")
 
     def __init__(self, method: str, target: bytes, headers: dict[str, str], body: bytes,
                  transport: asyncio.Transport, too_large: bool) -> None:
@@ -54,6 +54,8 @@ class Request:
         self.transport = transport
         #: The body was over the server's limit and was not kept (``body`` is empty).
         self.too_large = too_large
+        #: What the handler attaches to the request, handed to the server's ``on_hangup``.
+        self.tag: Any = None
 
     @property
     def content_type(self) -> str:
@@ -109,6 +111,9 @@ class _Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._broken = False  # stop reading: a request could not be parsed
+        self._answering: Optional[Request] = None  # in the handler: its answer is not written yet
+        self._answered: Optional[Request] = None  # the last request answered, while no other came after it
+        self._ended_here = False  # closed by the server
         self._begin()
 
     def _begin(self) -> None:
@@ -129,8 +134,21 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._server._connections.discard(self)
+        if self._ended_here:
+            pass  # closed by the server (a drop, a partition, a stop): nobody hung up
+        elif self._answering is not None:  # closed (an end of file closes) or reset by the caller mid-call
+            self._hangup(self._answering)
+        elif isinstance(exc, ConnectionResetError) and self._answered is not None:
+            # Reset after the answer: the caller closed its socket with the answer unread
+            # (a kernel resets a connection closed with data it received and never read).
+            self._hangup(self._answered)
         self._queue.clear()
         self._writable.set()
+
+    def _hangup(self, request: Request) -> None:
+        self._answering = self._answered = None
+        if self._server.on_hangup is not None:
+            self._server.on_hangup(request)
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -194,6 +212,7 @@ class _Connection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = Request(self._parser.get_method().decode("latin-1"), self._target, self._headers, body,
                           self._transport, self._too_large)
+        self._answered = None  # the caller sent another request: it read that answer, or will
         if not self._parser.should_keep_alive():
             request.headers["connection"] = "close"
             self._stop_reading()
@@ -237,11 +256,14 @@ class _Connection(asyncio.Protocol):
                     transport.write(_head(400, "text/plain; charset=utf-8", 11, None, True) + b"Bad Request")
                     transport.close()
                     return
+                self._answering = request
                 try:
                     response = await self._server.handler(request)
                 except Exception:  # a bug: said as aiohttp says it, and logged
                     _log.exception("a node's handler failed on %s %s", request.method, request.path)
                     response = _FAILED
+                finally:
+                    self._answering = None
                 if transport.is_closing():
                     return
                 if response is DROP:
@@ -262,6 +284,7 @@ class _Connection(asyncio.Protocol):
                 if close:
                     transport.close()
                     return
+                self._answered = request
                 if not self._writable.is_set():
                     await self._writable.wait()
                 if not self._queue and not self._broken:
@@ -270,10 +293,12 @@ class _Connection(asyncio.Protocol):
             self._busy = False
 
     def close(self) -> None:
+        self._ended_here = True
         if self._transport is not None:
             self._transport.close()
 
     def abort(self) -> None:
+        self._ended_here = True
         if self._transport is not None:
             self._transport.abort()
         self._server._connections.discard(self)
@@ -319,10 +344,18 @@ def reset(transport: asyncio.BaseTransport) -> None:
 
 
 class H1Server:
-    """``handler`` behind a listening socket; each connection's requests are answered in order."""
+    """``handler`` behind a listening socket; each connection's requests are answered in order.
 
-    def __init__(self, handler: Handler, *, max_body: int) -> None:
-        self.handler, self.max_body = handler, max_body
+    ``on_hangup(request)`` is called when a request's caller hung up before reading its
+    answer: it closed or reset the connection while the handler ran, or reset it after the
+    answer was written and before it sent another request (closing a socket with data it
+    never read resets the connection).  A close after the answer was written is not one:
+    it is also how a caller that read the answer lets an idle connection go.
+    """
+
+    def __init__(self, handler: Handler, *, max_body: int,
+                 on_hangup: Optional[Callable[[Request], None]] = None) -> None:
+        self.handler, self.max_body, self.on_hangup = handler, max_body, on_hangup
         self._server: Optional[asyncio.Server] = None
         #: Listening: a connection made meanwhile is served (else closed at once).
         self.accepting = False

@@ -124,7 +124,7 @@ class ServedNode:
         self._gets: dict[str, Callable[[Request], Awaitable[Response]]] = {
             "/v1/state": self._state, "/metrics": self._metrics}
         self.metrics = NodeMetrics(engine)
-        self._http = H1Server(self._handle, max_body=MAX_BODY_BYTES)
+        self._http = H1Server(self._handle, max_body=MAX_BODY_BYTES, on_hangup=self._hangup)
 
     @property
     def url(self) -> str:
@@ -198,13 +198,19 @@ class ServedNode:
             raise HTTPError("payload_too_large", f"request body over the limit of {MAX_BODY_BYTES} bytes")
         return handler
 
+    def _hangup(self, request: Request) -> None:
+        """A call's caller hung up before reading its answer: its log entry says when."""
+        if request.tag is not None:
+            self.calls.abandon(request.tag)
+
     async def _swallow(self, request: Request) -> None:
         """A request lost in a ``hang`` partition: never applied nor answered, not even after the
         partition heals (a half-open connection: only the caller's timeout ends the wait); its
         connection is closed when the node stops."""
         op = request.path.rsplit("/", 1)[-1]
         if request.method == "POST" and request.path == f"/v1/{op}" and op in LOGGED_OPS:
-            self.calls.end(self._begin(op, request), "hung")  # logged as it arrives
+            request.tag = self._begin(op, request)
+            self.calls.end(request.tag, "hung")  # logged as it arrives
         await self._closing.wait()
 
     # -- engine calls --------------------------------------------------------
@@ -308,7 +314,7 @@ class ServedNode:
             bundle, reason = UnreadableBody(), exc.message
         if isinstance(bundle, ShardError):  # an error object is no bundle either
             bundle, reason = UnreadableBody(), "wire: an error object is not a bundle"
-        entry = self.calls.begin(self.name, op, *describe(op, bundle))
+        entry = request.tag = self.calls.begin(self.name, op, *describe(op, bundle))
         out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > HEAVY_BYTES,
                                            entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
@@ -337,7 +343,7 @@ class ServedNode:
             session_id, epoch = data["session_id"], data["epoch"]
         else:
             session_id, epoch = None, None
-        entry = self.calls.begin(self.name, op, session_id, epoch)
+        entry = request.tag = self.calls.begin(self.name, op, session_id, epoch)
         _, error, took = await self._run(getattr(self.engine, op), session_id, epoch, entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
         if error is None:

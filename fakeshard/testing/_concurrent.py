@@ -499,11 +499,7 @@ class _Runner:
             self._fail(*self.pending_failure)
         assert req.returned is not None
         sid, op = req.session_id, req.op
-        # A session's requests overlap one another only while a release races a next_token: the
-        # last few completed ones are all that can.
-        overlapping = [r for r in self.done.get(sid, [])[-3:] + self.open.get(sid, [])
-                       if r is not req and r.invoked <= req.returned
-                       and (r.returned is None or r.returned >= req.invoked)]
+        overlapping = self._overlapping(req)
         raced = op == "next_token" and any(r.op == "release" for r in overlapping)
         if raced:
             self.run.reached["sim:release_raced_token"] += 1
@@ -534,7 +530,22 @@ class _Runner:
             if held:
                 self._fail("release", f"session {sid!r} was released, but {held}")
 
+    def _overlapping(self, req: _Request) -> list[_Request]:
+        """The session's other requests in flight at some moment of completed ``req``."""
+        assert req.returned is not None
+        # A session's requests overlap one another only while a release races a next_token: the
+        # last few completed ones are all that can.
+        return [r for r in self.done.get(req.session_id, [])[-3:] + self.open.get(req.session_id, [])
+                if r is not req and r.invoked <= req.returned and (r.returned is None or r.returned >= req.invoked)]
+
     def _check_budget(self, req: _Request, overlapping: list[_Request], faults: int) -> None:
+        problem = self._budget_problem(req, overlapping, faults)
+        if problem is not None:
+            self._fail("budget", problem)
+
+    def _budget_problem(self, req: _Request, overlapping: list[_Request], faults: int) -> Optional[str]:
+        """How completed ``req`` broke the budget, with ``faults`` failures while it was in flight
+        (``None``: it kept to it)."""
         assert req.returned is not None
         sid = req.session_id
         floor = self.floor.get(sid, -1)
@@ -548,8 +559,9 @@ class _Runner:
             if made > allowed:
                 calls = ", ".join(f"{self.world.nodes[c.node].name} {c.op}(epoch {c.epoch}) -> {c.outcome}"
                                   for c in window)
-                self._fail("budget", f"{req.op}({sid!r}) made {made} {kind} calls with {faults} failures while it "
-                           f"was in flight; the budget is {allowed} (S = {stages} stages, N = {nodes} nodes): {calls}")
+                return (f"{req.op}({sid!r}) made {made} {kind} calls with {faults} failures while it was in "
+                        f"flight; the budget is {allowed} (S = {stages} stages, N = {nodes} nodes): {calls}")
+        return None
 
     def _unreachable(self, sid: str, start: float, end: float) -> set[int]:
         """Nodes a release in ``[start, end]`` could not be sure to reach: partitioned at some

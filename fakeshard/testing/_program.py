@@ -32,6 +32,7 @@ how many re-runs failed again.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import json
 import os
@@ -57,7 +58,7 @@ from fakeshard.testing._concurrent import (
     scenarios,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
-from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
+from fakeshard.testing._sim import FAULT_OUTCOMES, HOP, Call, NemesisWorld, ranges
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
 
 __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
@@ -78,6 +79,9 @@ GONE_GRACE = 0.2
 #: Real seconds after a refusing partition heals during which a request's budget is not judged
 #: (a client's pooled connection that the partition closed may fail without reaching the node).
 REFUSE_AFTERMATH = 0.5
+#: Real seconds a request over its budget waits for the nodes to log a caller's hang-up, before
+#: it is judged (the hang-up came before the request's answer; its log entry, a moment later).
+HANGUP_GRACE = 0.05
 #: Re-runs a reduction may make (each is a whole real-time run).
 REDUCE_BUDGET = 12
 #: Re-runs of the reduced scenario that measure how often it fails again.
@@ -317,7 +321,11 @@ class _ServedWorld(NemesisWorld):
         self.nemesis_log: list[dict[str, Any]] = []
         self.on_call: Optional[Callable[[Call], None]] = None
         self.on_nodes_changed: Optional[Callable[[Any], Any]] = None
+        #: Called with a call and the moment its caller hung up before reading its answer.
+        self.on_abandoned: Optional[Callable[[Call, float], None]] = None
         self._by_seq: dict[int, Call] = {}
+        #: A call's place in :attr:`calls` -> its number in the call log.
+        self._log_seq: dict[int, int] = {}
         #: The call log's numbers of the calls not ended yet.
         self._pending: set[int] = set()
         self._cursor = 0
@@ -399,6 +407,7 @@ class _ServedWorld(NemesisWorld):
                             e["start_pos"], e["positions"], sent=self._time(e["received"]) or 0.0,
                             arrived=self._time(e["received"]))
                 self._by_seq[e["seq"]] = call
+                self._log_seq[call.seq] = e["seq"]
                 self._pending.add(e["seq"])
                 self.calls.append(call)
                 self.by_session.setdefault(call.session_id, []).append(call)
@@ -409,7 +418,27 @@ class _ServedWorld(NemesisWorld):
                 call.fired, call.held, call.after_wipe = tuple(e["fired"]), e["held"], e["after_wipe"]
                 if self.on_call is not None:
                     self.on_call(call)
+            self._hung_up(call, e)
         self._cursor = min(self._pending) if self._pending else log["next"]
+
+    async def recheck(self, calls: list[Call]) -> None:
+        """Read the log again from the first of ``calls`` on, for callers that hung up since:
+        a caller may hang up after its call ended (it closes the connection with the answer
+        unread), when :meth:`sync` may have read the call for the last time."""
+        if not calls:
+            return
+        since = min(self._log_seq[c.seq] for c in calls)
+        response = await self._control("GET", f"/v1/calls?since={since}")
+        for e in response.json()["calls"]:
+            call = self._by_seq.get(e["seq"])
+            if call is not None:
+                self._hung_up(call, e)
+
+    def _hung_up(self, call: Call, entry: dict[str, Any]) -> None:
+        if entry.get("abandoned") is not None and not call.abandoned:
+            call.abandoned = True
+            if self.on_abandoned is not None:
+                self.on_abandoned(call, self._time(entry["abandoned"]) or 0.0)
 
     def _reachable(self) -> list[_Node]:
         return [n for n in self.nodes if not n.removed and n.partition is None]
@@ -527,6 +556,13 @@ class _ProgramRunner(_Runner):
     async def _observe(self, req: Any) -> None:
         world: _ServedWorld = self.world  # type: ignore[assignment]
         await world.sync()
+        if not self._refused_during(req) and self._budget_problem(
+                req, self._overlapping(req), self._faults_between(req.invoked, req.returned)) is not None:
+            # Over the budget, unless a call was abandoned: the program's own timeout ended its
+            # wait for a late answer (on a loaded machine), which the node may log only after
+            # the call ended.  The hang-up came before the request's answer; its log, a moment later.
+            await asyncio.sleep(HANGUP_GRACE)
+            await world.recheck(self._sent_between(req.session_id, req.invoked, req.returned))
         if req.op == "release" and req.outcome == "ok":
             await world.look(req.session_id)
 
@@ -540,6 +576,7 @@ class _ProgramRunner(_Runner):
         world: _ServedWorld = self.world  # type: ignore[assignment]
         await world.open()
         world.on_call = self._on_call
+        world.on_abandoned = self._abandoned
         coordinator = ProgramCoordinator(self.program)
         self.coordinator = coordinator
         try:
@@ -566,14 +603,27 @@ class _ProgramRunner(_Runner):
         """The budget, for a request no refusing node overlapped: a refused connection never
         reaches a node's call log, so the failures it caused cannot be counted (the simulation
         counts them); such a request's calls are not judged."""
+        if self._refused_during(req):
+            self.run.reached["program:budget_unjudged_refused"] += 1
+            return
+        super()._check_budget(req, overlapping, faults)
+
+    def _refused_during(self, req: Any) -> bool:
+        """Whether a refusing partition was on at some moment of ``req`` (or healed just before)."""
         for e in self.world.nemesis_log:
             if e["kind"] == "partition" and e.get("mode") == "refuse" and "skipped" not in e:
                 healed = next((h["t"] for h in self.world.nemesis_log
                                if h["kind"] == "heal" and h["node"] == e["node"] and h["t"] >= e["t"]), None)
                 if e["t"] <= req.returned and (healed is None or healed + REFUSE_AFTERMATH >= req.invoked):
-                    self.run.reached["program:budget_unjudged_refused"] += 1
-                    return
-        super()._check_budget(req, overlapping, faults)
+                    return True
+        return False
+
+    def _abandoned(self, call: Call, at: float) -> None:
+        """A call whose caller hung up before reading its answer failed, for the budget, when it
+        did (unless it failed by a fault too, counted already)."""
+        self.run.reached["program:call_abandoned"] += 1
+        if call.outcome not in FAULT_OUTCOMES:
+            bisect.insort(self.fault_times, at)
 
     async def _told(self, stages: Any) -> None:
         """Tell the program the cluster's new shape."""
