@@ -17,6 +17,7 @@ from typing import Any
 from fakeshard._contract import CONTRACT_VERSION
 from fakeshard._errors import ERROR_CODES
 from fakeshard._faults import MALFORMED_KINDS, OPS
+from fakeshard._topology import MAX_LATENCY, NAME_PATTERN
 
 __all__ = ["PROGRAM_SCHEMAS", "SCHEMAS", "document", "schema"]
 
@@ -102,12 +103,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "nodes": {"type": "object", "additionalProperties": {"$ref": "#/$defs/node"}}}),
     "partition_request": _object(None, {"mode": {"enum": ["refuse", "hang", "reset"]}}),
     "add_node_request": _object(None, {
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+        "name": {"type": "string", "pattern": NAME_PATTERN.pattern},
         "spec": {"$ref": "#/$defs/spec"}, "seed": _I64,
         "capacity_tokens": {"oneOf": [_NAT, {"type": "null"}]},
         "faults": {"oneOf": [{"$ref": "#/$defs/fault_plan"}, {"type": "null"}]},
         "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-        "latency": {"oneOf": [{"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 60},
+        "latency": {"oneOf": [{"type": "array", "items": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY},
                                "minItems": 2, "maxItems": 2}, {"type": "null"}]}},
         optional=("name", "seed", "capacity_tokens", "faults", "port", "latency")),
     "fault_log": _object("fault_log", {"fired": {"type": "array", "items": _object(None, {

@@ -30,6 +30,8 @@ __all__ = ["NodeConfig", "Topology", "TopologyError"]
 
 #: A node's name: it appears in URLs, so letters, digits, ``.``, ``_`` and ``-``.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Most seconds a served node's latency may draw for one hop (``POST /v1/nodes``).
+MAX_LATENCY = 60
 
 
 class TopologyError(ValueError):

@@ -13,7 +13,7 @@ from fakeshard._contract import CONTRACT_VERSION, ShardSpec
 from fakeshard._errors import MalformedBundle
 from fakeshard._factory import EngineFactory
 from fakeshard._faults import FaultPlan
-from fakeshard._topology import NAME_PATTERN, NodeConfig, Topology, TopologyError
+from fakeshard._topology import MAX_LATENCY, NAME_PATTERN, NodeConfig, Topology, TopologyError
 from fakeshard.server._calls import CallLog
 from fakeshard.server._http import (
     MAX_BODY_BYTES,
@@ -26,9 +26,6 @@ from fakeshard.server._http import (
     url_of,
 )
 from fakeshard.server._node import ServedNode
-
-#: Most seconds a node's latency may draw for one hop.
-MAX_LATENCY = 60
 
 
 class ServedCluster:
