@@ -84,6 +84,19 @@ def path_session_id(raw_path: str) -> Optional[str]:
     return path[len(SESSIONS_PREFIX):] if path.startswith(SESSIONS_PREFIX) else None
 
 
+def _close_ids(body: bytes) -> tuple[Any, Any]:
+    """The session id and epoch of a ``cancel`` or ``release`` body, as they were sent; both
+    ``None`` unless it is a JSON object of exactly those two keys, each given once.  Whatever
+    arrived goes to the engine, which refuses what is not a session id and an epoch."""
+    try:
+        data = wire.read_json(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # a key given twice too
+        return None, None
+    if isinstance(data, dict) and set(data) == {"session_id", "epoch"}:
+        return data["session_id"], data["epoch"]
+    return None, None
+
+
 class UnreadableBody:
     """What a node's engine is given for a body that is no bundle at all (it refuses it)."""
 
@@ -263,12 +276,7 @@ class ServedNode:
             except MalformedBundle:
                 bundle = None
             return self.calls.begin(self.name, op, *describe(op, bundle))
-        try:
-            data = json.loads(body)
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            data = None
-        data = data if isinstance(data, dict) else {}
-        return self.calls.begin(self.name, op, data.get("session_id"), data.get("epoch"))
+        return self.calls.begin(self.name, op, *_close_ids(body))
 
     def _applied(self, entry: dict[str, Any], fired_before: int) -> None:
         """Fill in what the engine did with the logged call: the faults its plan fired, and
@@ -333,16 +341,7 @@ class ServedNode:
         if request.content_type != wire.JSON_CONTENT_TYPE:
             raise HTTPError("unsupported_media_type",
                              f"{op} takes {wire.JSON_CONTENT_TYPE}, got {request.content_type!r}")
-        body = request.body
-        try:
-            data = wire.read_json(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):  # a key given twice too
-            data = None
-        # Whatever arrived goes to the engine, which refuses what is not a session id and an epoch.
-        if isinstance(data, dict) and set(data) == {"session_id", "epoch"}:
-            session_id, epoch = data["session_id"], data["epoch"]
-        else:
-            session_id, epoch = None, None
+        session_id, epoch = _close_ids(request.body)
         entry = request.tag = self.calls.begin(self.name, op, session_id, epoch)
         _, error, took = await self._run(getattr(self.engine, op), session_id, epoch, entry=entry)
         self.metrics.record(op, "ok" if error is None else error.code, took)
