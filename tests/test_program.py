@@ -242,7 +242,7 @@ def _planted(name: str) -> str:
 #: Each planted program and the check its bug breaks.
 PLANTED_PROGRAMS = {
     "replay_same_epoch.mjs": ("gave_up", "budget"),
-    "release_only_tail.mjs": ("release",),
+    "release_only_tail.mjs": ("leak",),
     "no_retry_on_reset.mjs": ("gave_up",),
     "no_call_timeout.mjs": ("unanswered",),
     "node_left_kept.mjs": ("gone_node",),

@@ -79,6 +79,9 @@ GONE_GRACE = 0.2
 #: Real seconds after a refusing partition heals during which a request's budget is not judged
 #: (a client's pooled connection that the partition closed may fail without reaching the node).
 REFUSE_AFTERMATH = 0.5
+#: Real seconds the harness waits for the control API or a node to answer one of its own reads
+#: (a read that takes longer breaks the run: the harness cannot judge what it cannot see).
+CONTROL_TIMEOUT = 60.0
 #: Real seconds a request over its budget waits for the nodes to log a caller's hang-up, before
 #: it is judged (the hang-up came before the request's answer; its log entry, a moment later).
 HANGUP_GRACE = 0.05
@@ -571,7 +574,7 @@ class _ProgramRunner(_Runner):
 
         assert isinstance(loop, _RealTimeLoop)
         sc = self.scenario
-        self.http = httpx.AsyncClient(timeout=10.0, limits=httpx.Limits(max_connections=64))
+        self.http = httpx.AsyncClient(timeout=CONTROL_TIMEOUT, limits=httpx.Limits(max_connections=64))
         self.world = _ServedWorld(loop, control, self.http, self.spec, sc, self.settings.scale)  # type: ignore[assignment]
         world: _ServedWorld = self.world  # type: ignore[assignment]
         await world.open()
@@ -607,6 +610,18 @@ class _ProgramRunner(_Runner):
             self.run.reached["program:budget_unjudged_refused"] += 1
             return
         super()._check_budget(req, overlapping, faults)
+
+    def _unreachable(self, sid: str, start: float, end: float) -> set[int]:
+        """The simulation's nodes a release could not be sure to reach, and every node the
+        release sent no cleanup call for ``sid`` (reaching the nodes' log): a call can fail
+        in the program before it leaves (its own timeout, on a loaded machine), unseen by any
+        node.  What they hold is judged at the end of the run."""
+        out = super()._unreachable(sid, start, end)
+        cleaned = {c.node for c in self._sent_between(sid, start, end) if c.op in ("cancel", "release")}
+        unseen = {node.index for node in self.world.nodes} - cleaned
+        if any(self.world.view(self.world.nodes[i], sid) is not None for i in unseen - out):
+            self.run.reached["program:release_judged_at_end"] += 1
+        return out | unseen
 
     def _refused_during(self, req: Any) -> bool:
         """Whether a refusing partition was on at some moment of ``req`` (or healed just before)."""
