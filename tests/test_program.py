@@ -216,6 +216,37 @@ def test_a_late_answer_the_program_never_read_counts_as_a_failure_in_the_budget(
     assert ("a", "prefill", 0, True) in calls
 
 
+def test_a_release_whose_call_never_left_the_program_is_judged_at_the_end(tmp_path):
+    # The program's first release call fails before it leaves (its own timeout, on a loaded
+    # machine: no node sees it); it answers release_ok and its sweeper releases the node 0.3 s
+    # later.  The node holds the session when release returns, and nothing at the end.
+    cmd = python_program(tmp_path, """\
+        import threading, time, urllib.request
+        def post(url, op, body):
+            req = urllib.request.Request(url + "/v1/" + op, json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+            return json.loads(urllib.request.urlopen(req, timeout=5).read())
+        def sweep(url):
+            time.sleep(0.3)
+            post(url, "release", {"session_id": "a", "epoch": 0})
+        kind = request["type"]
+        if kind == "init":
+            url = request["stages"][0][0]["url"]
+        if kind == "next_token":
+            bundle = {"kind": "token_bundle", "contract": "1", "session_id": "a", "epoch": 0, "start_pos": 0,
+                      "tokens": [1]}
+            reply(request, "next_token_ok", token=post(url, "prefill", bundle)["token"])
+        else:
+            if kind == "release":
+                threading.Thread(target=sweep, args=(url,)).start()
+            reply(request, kind + "_ok")
+        """)
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.failure is None, run.failure
+    assert run.reached["program:release_judged_at_end"] == 1
+    assert [c["op"] for c in run.calls] == ["prefill", "release"]
+
+
 # -- campaigns -----------------------------------------------------------------------------------
 
 def _campaign(command: str, tmp_path: Path, **kwargs):
