@@ -247,6 +247,19 @@ def test_a_release_whose_call_never_left_the_program_is_judged_at_the_end(tmp_pa
     assert [c["op"] for c in run.calls] == ["prefill", "release"]
 
 
+def test_an_unanswered_request_says_which_answers_the_program_hung_up_on():
+    # Every prefill held 0.25 s real (Delay 1 scenario second) by a program that waits 0.05 s:
+    # it retries and never gets a token.
+    slow = Scenario(seed=0, stages=1, replicas=1, capacity=None,
+                    plans=(FaultPlan((FaultRule(Delay(1.0), op="prefill", nth=1, count=1000),)),),
+                    clients=(Client("a", 0.0, (Round([1, 2], 1),)),))
+    run = run_program_scenario(FakeShardEngine, slow, f"{REFERENCE} --call-timeout 0.05",
+                               settings=ProgramSettings(request_timeout=2.0, settle=1.0))
+    assert run.check == "unanswered"
+    assert "the program hung up on" in run.failure and "its call timeout may be shorter" in run.failure
+    assert all(c["abandoned"] for c in run.calls if c["op"] == "prefill" and c["outcome"] == "ok")
+
+
 # -- campaigns -----------------------------------------------------------------------------------
 
 def _campaign(command: str, tmp_path: Path, **kwargs):

@@ -505,7 +505,8 @@ class _Runner:
             self.run.reached["sim:release_raced_token"] += 1
         faults = self._faults_between(req.invoked, req.returned)
         if req.outcome == "unanswered":
-            self._fail("unanswered", f"{op}({sid!r}) was left unanswered for {self.request_timeout:g} s")
+            self._fail("unanswered", f"{op}({sid!r}) was left unanswered for {self.request_timeout:g} s"
+                       + self._unanswered_why(req))
         if req.outcome == "gave_up":
             self.run.reached["sim:gave_up"] += 1
             if faults <= GIVE_UP_AFTER:
@@ -529,6 +530,10 @@ class _Runner:
             held = self._held(sid, self._unreachable(sid, req.invoked, req.returned))
             if held:
                 self._fail("release", f"session {sid!r} was released, but {held}")
+
+    def _unanswered_why(self, req: _Request) -> str:
+        """What the calls of a request left unanswered say of why (appended to the failure)."""
+        return ""
 
     def _overlapping(self, req: _Request) -> list[_Request]:
         """The session's other requests in flight at some moment of completed ``req``."""

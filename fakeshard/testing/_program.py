@@ -623,6 +623,19 @@ class _ProgramRunner(_Runner):
             self.run.reached["program:release_judged_at_end"] += 1
         return out | unseen
 
+    def _unanswered_why(self, req: Any) -> str:
+        """The calls for the request's session the program hung up on though their nodes
+        answered them: a call timeout shorter than the nodes take (a long prefill on a slow
+        machine) makes a coordinator retry for ever."""
+        calls = self._sent_between(req.session_id, req.invoked, req.returned)
+        late = [c.answered - c.sent for c in calls
+                if c.abandoned and c.outcome == "ok" and c.answered is not None]
+        if not late:
+            return ""
+        return (f"; meanwhile the program hung up on {len(late)} of its {len(calls)} calls for the session "
+                f"though their nodes answered them, in {min(late):.2f} to {max(late):.2f} s: its call "
+                "timeout may be shorter than the nodes take")
+
     def _refused_during(self, req: Any) -> bool:
         """Whether a refusing partition was on at some moment of ``req`` (or healed just before)."""
         for e in self.world.nemesis_log:
