@@ -93,3 +93,10 @@ def assert_carries(err: BaseException, code: str, session_id: Any, epoch: Any, *
         assert err.epoch is None or err.epoch == epoch, repr(err)
     for name, value in extra.items():
         assert getattr(err, name) == value, (name, getattr(err, name), value)
+
+
+def raw_post(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    """An HTTP/1.1 ``POST`` of a JSON ``body`` to ``path``, byte for byte (``extra``: more header
+    lines, each ending in CRLF), for tests that speak to a node on a raw socket."""
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body

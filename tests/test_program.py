@@ -25,6 +25,7 @@ from fakeshard.testing._concurrent import Client, ConcurrentFailure, Round, Scen
 from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._program import ProgramSettings, run_program, run_program_scenario
 from fakeshard.testing._sim import Nemesis
+from tests.support import raw_post
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = ROOT / "tests" / "planted_programs"
@@ -379,8 +380,7 @@ def _raw_prefill(url: str, session_id: str) -> socket.socket:
     body = wire.dumps(TokenBundle(session_id, 0, 0, (1, 2))).encode()
     host, port = url.removeprefix("http://").rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    sock.sendall(raw_post("/v1/prefill", body))
     return sock
 
 

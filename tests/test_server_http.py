@@ -15,6 +15,7 @@ pytest.importorskip("httptools", reason="the served nodes need the extra 'serve'
 
 from fakeshard import FakeShardEngine, ShardSpec, TokenBundle, wire  # noqa: E402
 from fakeshard.server._thread import ServerThread  # noqa: E402
+from tests.support import raw_post  # noqa: E402
 
 SPEC = ShardSpec("h1", 2, 0, 2, hidden_size=4, vocab_size=64)
 
@@ -27,11 +28,6 @@ def node():
         yield served.host, served.port
     finally:
         server.close()
-
-
-def _post(path: str, body: bytes, extra: bytes = b"") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
 
 
 def _read_answer(sock: socket.socket, buffer: bytearray, *, head_only: bool = False) -> tuple[int, dict, bytes]:
@@ -63,7 +59,7 @@ def test_pipelined_requests_are_answered_in_the_order_they_came(node):
     first = engine.prefill(TokenBundle("p", 0, 0, (1, 2)))
     decode = wire.dumps(TokenBundle("p", 0, 2, (first.token,))).encode()
     with socket.create_connection(node, timeout=10) as sock:
-        sock.sendall(_post("/v1/prefill", prefill) + _post("/v1/decode", decode)
+        sock.sendall(raw_post("/v1/prefill", prefill) + raw_post("/v1/decode", decode)
                      + b"GET /v1/sessions/p HTTP/1.1\r\nHost: x\r\n\r\n")
         buffer = bytearray()
         answers = [_read_answer(sock, buffer) for _ in range(3)]
@@ -77,7 +73,7 @@ def test_a_request_sent_a_byte_at_a_time_is_read_like_any_other(node):
     body = wire.dumps(TokenBundle("slow", 0, 0, (5,))).encode()
     with socket.create_connection(node, timeout=10) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for i in range(len(request := _post("/v1/prefill", body))):
+        for i in range(len(request := raw_post("/v1/prefill", body))):
             sock.sendall(request[i:i + 1])
         status, _, answer = _read_answer(sock, bytearray())
     assert status == 200 and wire.loads(answer) == FakeShardEngine(SPEC).prefill(TokenBundle("slow", 0, 0, (5,)))
@@ -99,7 +95,7 @@ def test_head_answers_the_get_s_headers_without_its_body(node):
 def test_expect_100_continue_is_answered_before_the_body_is_sent(node):
     body = wire.dumps(TokenBundle("e", 0, 0, (3,))).encode()
     with socket.create_connection(node, timeout=10) as sock:
-        sock.sendall(_post("/v1/prefill", b"", b"Expect: 100-continue\r\n").replace(
+        sock.sendall(raw_post("/v1/prefill", b"", b"Expect: 100-continue\r\n").replace(
             b"Content-Length: 0", f"Content-Length: {len(body)}".encode()))
         buffer = bytearray()
         interim = _read_answer(sock, buffer)
@@ -139,12 +135,12 @@ def test_a_bug_in_a_handler_is_a_500_the_connection_closes_and_the_node_goes_on(
     try:
         served = server.add(SPEC)
         with socket.create_connection((served.host, served.port), timeout=10) as sock:
-            sock.sendall(_post("/v1/decode", wire.dumps(TokenBundle("b", 0, 0, (1,))).encode()))
+            sock.sendall(raw_post("/v1/decode", wire.dumps(TokenBundle("b", 0, 0, (1,))).encode()))
             status, headers, _ = _read_answer(sock, bytearray())
             assert status == 500 and headers["content-type"].startswith("text/plain")
             assert _closed(sock)
         with socket.create_connection((served.host, served.port), timeout=10) as sock:
-            sock.sendall(_post("/v1/prefill", wire.dumps(TokenBundle("b", 0, 0, (1,))).encode()))
+            sock.sendall(raw_post("/v1/prefill", wire.dumps(TokenBundle("b", 0, 0, (1,))).encode()))
             assert _read_answer(sock, bytearray())[0] == 200
     finally:
         server.close()
@@ -157,8 +153,8 @@ def test_requests_pipelined_after_a_dropped_answer_are_never_read():
     try:
         served = server.add(SPEC, faults=FaultPlan((FaultRule(DropResponse(), nth=1),)))
         with socket.create_connection((served.host, served.port), timeout=10) as sock:
-            sock.sendall(_post("/v1/prefill", wire.dumps(TokenBundle("a", 0, 0, (1,))).encode())
-                         + _post("/v1/prefill", wire.dumps(TokenBundle("b", 0, 0, (2,))).encode()))
+            sock.sendall(raw_post("/v1/prefill", wire.dumps(TokenBundle("a", 0, 0, (1,))).encode())
+                         + raw_post("/v1/prefill", wire.dumps(TokenBundle("b", 0, 0, (2,))).encode()))
             assert _closed(sock)  # the first answer dropped, the connection with it
         with socket.create_connection((served.host, served.port), timeout=10) as sock:
             sock.sendall(b"GET /v1/sessions/a HTTP/1.1\r\nHost: x\r\n\r\n"
