@@ -15,7 +15,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakeshard import Delay, DropResponse, FakeShardEngine, FaultPlan, FaultRule, ShardSpec, TokenBundle, wire
+from fakeshard import (
+    Delay,
+    DropResponse,
+    FakeShardEngine,
+    FaultPlan,
+    FaultRule,
+    ShardSpec,
+    StaleEpoch,
+    TokenBundle,
+    wire,
+)
 from fakeshard._cli import main as cli
 from fakeshard._schema import schema
 from fakeshard.remote import RemoteShardEngine
@@ -459,6 +469,31 @@ def test_a_hung_cleanup_call_is_logged_with_the_ids_an_answered_one_would_be():
         assert [c["outcome"] for c in hung] == ["hung"] * 3
         assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
             == [("a", 0), (None, None), (None, None)]
+    finally:
+        server.close()
+
+
+def test_a_hung_compute_call_is_logged_with_the_ids_an_answered_one_would_be():
+    server = ServerThread(FakeShardEngine)
+    try:
+        node = server.add(ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64))
+        control = server.cluster.control_url
+        # A bundle, and an error object (it names a session and an epoch, and is no bundle).
+        bodies = [wire.dumps(TokenBundle("a", 0, 0, (1,))).encode(),
+                  wire.dumps(StaleEpoch("stale", session_id="a", epoch=0)).encode()]
+        for body in bodies:
+            httpx.post(f"{node.url}/v1/prefill", content=body, headers={"Content-Type": "application/json"})
+        httpx.post(f"{control}/v1/nodes/{node.name}/partition", json={"mode": "hang"})
+        for body in bodies:
+            with pytest.raises(httpx.TimeoutException):
+                httpx.post(f"{node.url}/v1/prefill", content=body, headers={"Content-Type": "application/json"},
+                           timeout=0.2)
+        calls = _entries(control)
+        answered, hung = calls[:2], calls[2:]
+        assert [c["outcome"] for c in answered] == ["ok", "malformed_bundle"]
+        assert [c["outcome"] for c in hung] == ["hung"] * 2
+        assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
+            == [("a", 0), (None, None)]
     finally:
         server.close()
 

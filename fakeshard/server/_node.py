@@ -104,6 +104,18 @@ class UnreadableBody:
         return "<unreadable body>"
 
 
+def _read_bundle(body: bytes, frame: bool) -> tuple[Any, Optional[str]]:
+    """A compute call's bundle as it was sent, and ``None``; or, for a body that is no bundle
+    (an error object neither), an :class:`UnreadableBody` and why."""
+    try:
+        bundle = wire.loads_unchecked(body, frame=frame, max_bytes=MAX_BODY_BYTES)
+    except MalformedBundle as exc:
+        return UnreadableBody(), exc.message
+    if isinstance(bundle, ShardError):
+        return UnreadableBody(), "wire: an error object is not a bundle"
+    return bundle, None
+
+
 class ServedNode:
     """One engine on its own listener."""
 
@@ -270,11 +282,7 @@ class ServedNode:
         """A log entry for a call that is not read any further (it hangs in a partition)."""
         body = request.body
         if op in ("prefill", "decode"):
-            try:
-                bundle = wire.loads_unchecked(body, frame=request.content_type == wire.FRAME_CONTENT_TYPE,
-                                              max_bytes=MAX_BODY_BYTES)
-            except MalformedBundle:
-                bundle = None
+            bundle, _ = _read_bundle(body, request.content_type == wire.FRAME_CONTENT_TYPE)
             return self.calls.begin(self.name, op, *describe(op, bundle))
         return self.calls.begin(self.name, op, *_close_ids(body))
 
@@ -315,13 +323,7 @@ class ServedNode:
         hidden = hidden_form(request)
         body = request.body
         frame = media == wire.FRAME_CONTENT_TYPE
-        reason = None
-        try:
-            bundle: Any = wire.loads_unchecked(body, frame=frame, max_bytes=MAX_BODY_BYTES)
-        except MalformedBundle as exc:
-            bundle, reason = UnreadableBody(), exc.message
-        if isinstance(bundle, ShardError):  # an error object is no bundle either
-            bundle, reason = UnreadableBody(), "wire: an error object is not a bundle"
+        bundle, reason = _read_bundle(body, frame)
         entry = request.tag = self.calls.begin(self.name, op, *describe(op, bundle))
         out, error, took = await self._run(getattr(self.engine, op), bundle, heavy=len(body) > HEAVY_BYTES,
                                            entry=entry)
