@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from fakeshard import EngineCrashed, FakeShardEngine, FaultPlan, ShardSpec, TokenBundle
+from fakeshard import Delay, EngineCrashed, FakeShardEngine, FaultPlan, FaultRule, ShardSpec, TokenBundle
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._async_coordinator import AsyncCoordinator, reference_async
 from fakeshard.testing._concurrent import (
@@ -325,3 +325,20 @@ def test_a_client_whose_coordinator_gave_up_beyond_the_budget_still_releases_and
     assert run.reached["sim:gave_up"] == 1 and run.availability == 0.0
     outcomes = [(e["op"], e["outcome"]) for e in run.events if e["event"] == "complete"]
     assert outcomes == [("start", "ok"), ("next_token", "gave_up"), ("release", "ok")]
+
+
+def test_a_call_the_coordinator_timed_out_on_a_delay_counts_as_a_failure_in_the_budget():
+    # Found by a random campaign: a Delay (2.401 s) longer than the reference's call timeout
+    # (2 s) on the tail's decode; the reference gives up on it, bumps the epoch and replays,
+    # while a release of the session waits.  The release's budget failed with "0 failures".
+    delayed = Scenario(
+        seed=1877782, stages=3, replicas=1, capacity=None,
+        clients=(Client("s0", 0.5, (Round([0], 5, pause=0.119), Round([0], 4, stop=1, stop_after=0.034, pause=0.2),
+                                    Round([30], 6, stop=1, stop_after=0.014, pause=0.089))),
+                 Client("s4", 0.286, (Round([0], 3, pause=0.2),))),
+        plans=(FaultPlan((), 3187), FaultPlan((), 3042),
+               FaultPlan((FaultRule(Delay(2.401), op="decode", nth=8, count=2),), 4294967296)))
+    run = run_scenario(FakeShardEngine, delayed, reference_async)
+    assert run.failure is None, run.failure
+    (abandoned,) = [c for c in run.calls if c["abandoned"]]
+    assert abandoned["op"] == "decode" and abandoned["held"] == 2.401

@@ -27,7 +27,8 @@ What is checked, as each request completes and at the end:
   while it was in flight; requests of one session that overlap share their
   budgets), with ``S`` the stages, ``N`` every node the cluster has had, and ``F``
   the failures while it was in flight: calls anywhere that failed by something no
-  coordinator controls (:data:`fakeshard.testing._sim.FAULT_OUTCOMES`), nemesis
+  coordinator controls (:data:`fakeshard.testing._sim.FAULT_OUTCOMES`), a call its
+  caller stopped waiting for before it ended (counted then), nemesis
   events, and a cache miss of its session on a node that lost its memory since
   the session's last call there.  ``GaveUp`` only when ``F`` exceeds
   :data:`GIVE_UP_AFTER`.  A request left unanswered for :data:`REQUEST_TIMEOUT`
@@ -347,6 +348,7 @@ class _Runner:
         self.world = World(loop, self.factory, self.spec, stages=sc.stages, replicas=sc.replicas,
                            seed=sc.engine_seed, capacity=sc.capacity, plans=list(sc.plans))
         self.world.on_call = self._on_call
+        self.world.on_abandoned = self._abandoned
         self.coordinator = self.make(self.world.stages(), clock=LoopClock(loop))
         if not is_async_coordinator(self.coordinator):
             raise TypeError(f"{type(self.coordinator).__name__} is not an async coordinator: start, next_token "
@@ -476,6 +478,12 @@ class _Runner:
                              f"coordinator was told (t={node.told_gone:g}) that it left the cluster")
         if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and call.after_wipe):
             bisect.insort(self.fault_times, self.world.known_at(call))
+
+    def _abandoned(self, call: Call, at: float) -> None:
+        """A call its caller stopped waiting for (its own timeout on a late answer) failed, for
+        the budget, when it did (unless it failed by a fault too, counted already)."""
+        if call.outcome not in FAULT_OUTCOMES:
+            bisect.insort(self.fault_times, at)
 
     def _fail_later(self, check: str, problem: str) -> None:
         if self.pending_failure is None:

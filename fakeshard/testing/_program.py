@@ -32,7 +32,6 @@ how many re-runs failed again.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import json
 import os
@@ -58,7 +57,7 @@ from fakeshard.testing._concurrent import (
     scenarios,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
-from fakeshard.testing._sim import FAULT_OUTCOMES, HOP, Call, NemesisWorld, ranges
+from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
 
 __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
@@ -647,11 +646,8 @@ class _ProgramRunner(_Runner):
         return False
 
     def _abandoned(self, call: Call, at: float) -> None:
-        """A call whose caller hung up before reading its answer failed, for the budget, when it
-        did (unless it failed by a fault too, counted already)."""
         self.run.reached["program:call_abandoned"] += 1
-        if call.outcome not in FAULT_OUTCOMES:
-            bisect.insort(self.fault_times, at)
+        super()._abandoned(call, at)
 
     async def _told(self, stages: Any) -> None:
         """Tell the program the cluster's new shape."""

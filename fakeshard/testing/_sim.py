@@ -410,6 +410,8 @@ class World(NemesisWorld):
         self._seen: dict[tuple[Any, int], int] = {}
         #: Called with every finished call (the checks watch the log as it grows).
         self.on_call: Optional[Callable[[Call], None]] = None
+        #: Called with a call and the moment its caller stopped waiting for it (before it ended).
+        self.on_abandoned: Optional[Callable[[Call, float], None]] = None
         #: Called with the new stages after churn (set by the runner: it tells the coordinator).
         self.on_nodes_changed: Optional[Callable[[list[list["AsyncNode"]]], Any]] = None
         for stage in range(stages):
@@ -512,6 +514,8 @@ class World(NemesisWorld):
             return await answer
         except asyncio.CancelledError:
             entry.abandoned = True  # the request still arrives: a cancelled await unsends nothing
+            if self.on_abandoned is not None and entry.outcome == "pending":
+                self.on_abandoned(entry, self.loop.time())
             raise
 
     async def _deliver(self, node: SimNode, op: str, args: tuple[Any, ...], request: Any,
