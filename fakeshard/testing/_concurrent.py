@@ -180,8 +180,13 @@ def _ms(lo: int, hi: int) -> st.SearchStrategy[float]:
 
 #: Malformed outputs of every kind (a wide integer spreads them evenly).
 _malformed = st.integers(0, 2**16).map(lambda i: Malformed(MALFORMED_KINDS[spread(i) % len(MALFORMED_KINDS)]))
-_faults = st.one_of(st.just(Crash()), st.just(DropResponse()), _malformed, st.builds(Delay, _ms(100, 3000)),
-                    st.just(MemoryPressure()))
+#: A dropped response is drawn twice as often as each other fault: an ambiguous failure (the call
+#: applied, its answer lost) is where coordinators most often go wrong, and a rule drops one or
+#: two answers where a crash fails every call until a restart.  At equal odds a ``ci`` campaign
+#: met about one ambiguous decode in ten scenarios, and a program campaign's 20 real-time runs
+#: caught a coordinator that mishandles one in 10 of 12 campaigns.
+_faults = st.one_of(st.just(Crash()), st.just(DropResponse()), st.just(DropResponse()), _malformed,
+                    st.builds(Delay, _ms(100, 3000)), st.just(MemoryPressure()))
 _rules = st.builds(FaultRule, fault=_faults, op=st.sampled_from(["any", "prefill", "decode", "decode", "release"]),
                    nth=st.integers(1, 12), count=st.integers(1, 2), probability=st.sampled_from([1.0, 0.5]))
 _plans = st.builds(FaultPlan, st.lists(_rules, max_size=2).map(tuple), st.integers(0, 2**32))
