@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -102,6 +103,9 @@ class CheckOptions:
     availability: Optional[float] = None
     #: The coordinator program the ``program`` machine runs (a command line; ``None``: none).
     coordinator_cmd: Optional[str] = None
+    #: Real seconds the ``program`` machine waits for an answer before failing ``unanswered``
+    #: (``None``: its default, 30).
+    request_timeout: Optional[float] = None
 
 
 @dataclass
@@ -189,6 +193,9 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     share = options.availability
     if share is not None and not 0.0 <= share <= 1.0:
         raise CheckError(f"--availability is a share from 0 to 1, got {share}")
+    timeout = options.request_timeout
+    if timeout is not None and not 0.0 < timeout < math.inf:  # NaN is refused too
+        raise CheckError(f"--request-timeout is a number of seconds above 0, got {timeout}")
     if options.database:
         from fakeshard.testing._database import DatabaseError, example_database
 
@@ -255,6 +262,8 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
         cmd.append(f"--availability={options.availability}")
     if options.coordinator_cmd is not None:
         cmd.append(f"--coordinator-cmd={options.coordinator_cmd}")
+    if options.request_timeout is not None:
+        cmd.append(f"--request-timeout={options.request_timeout!r}")
     if options.workers > 1:
         cmd += ["-n", str(options.workers)]
     return cmd

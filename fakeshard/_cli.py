@@ -63,6 +63,9 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help="a coordinator program speaking the stdio protocol (any language), run by the program "
                         "machine over served nodes on loopback in real time (default: "
                         "$FAKESHARD_COORDINATOR_CMD); with it and no --machines, only that machine runs")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="the program machine fails a run when a request stays unanswered this long (real "
+                        "seconds; default: 30); raise it for engines whose calls take long")
     p.add_argument("--availability", type=float, default=None, metavar="SHARE",
                    help="fail the concurrent machine when the share of next_token requests answered with a "
                         "token is below SHARE (0..1; default: reported only)")
@@ -123,7 +126,7 @@ def campaign_options(args: argparse.Namespace) -> "CheckOptions":
         out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"),
         min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
-        availability=args.availability, coordinator_cmd=program,
+        availability=args.availability, coordinator_cmd=program, request_timeout=args.request_timeout,
     )
 
 

@@ -7,6 +7,7 @@ import json
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -508,6 +509,46 @@ def test_check_refuses_the_program_machine_without_a_program(capsys):
 def test_check_refuses_an_empty_program(capsys):
     assert cli(["check", "--coordinator-cmd", "  "]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_check_refuses_a_request_timeout_that_is_no_number_of_seconds(value, capsys):
+    assert cli(["check", "--coordinator-cmd", REFERENCE, "--request-timeout", value]) == 2
+    assert f"--request-timeout is a number of seconds above 0, got {float(value)}" in capsys.readouterr().err
+
+
+def test_the_plugin_refuses_a_request_timeout_that_is_no_number_of_seconds(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--request-timeout", "nan", "--co", "-q",
+                           "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "--request-timeout is a number of seconds above 0, got nan" in done.stderr + done.stdout
+
+
+#: The reference program, answering every next_token 3 seconds late (well within the default limit).
+SLOW_TOKENS = """
+import asyncio, sys
+from fakeshard.testing._async_coordinator import AsyncCoordinator
+from fakeshard.testing.coordinator_program import main
+
+class Slow(AsyncCoordinator):
+    async def next_token(self, session_id):
+        await asyncio.sleep(3)
+        return await super().next_token(session_id)
+
+sys.exit(main(coordinator=Slow))
+"""
+
+
+def test_check_holds_a_program_to_the_request_timeout_it_is_given(tmp_path, capsys):
+    program = tmp_path / "slow_tokens.py"
+    program.write_text(SLOW_TOKENS)
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(program))}"
+    assert cli(["check", "--coordinator-cmd", command, "--request-timeout", "1", "--examples", "4",
+                "--out", str(tmp_path / "out"), "--traces", str(tmp_path / "traces")]) == 1
+    out = capsys.readouterr().out
+    assert "was left unanswered for 1 s" in out, out
+    (saved,) = (tmp_path / "traces").glob("program-*.json")
+    assert json.loads(saved.read_text())["config"]["settings"]["request_timeout"] == 1.0
 
 
 def test_the_schema_command_prints_the_protocol(capsys):

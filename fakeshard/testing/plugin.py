@@ -20,6 +20,7 @@ Turn it off with ``-p no:fakeshard``.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -75,6 +76,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"(default: ${PROGRAM_ENV_VAR}); the program machine runs it over served nodes on loopback",
     )
     group.addoption(
+        "--request-timeout", type=float, default=None,
+        help="the program machine fails a run when a request stays unanswered this many real seconds "
+        "(default: 30)",
+    )
+    group.addoption(
         "--availability", type=float, default=None,
         help="the concurrent machine fails a campaign whose share of next_token requests answered "
         "with a token is below this (0..1; default: reported, not required)",
@@ -116,6 +122,9 @@ def pytest_configure(config: pytest.Config) -> None:
     classes = {n: evidence_class_of(f) for n, f in factories.items()}
     coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
     program = config.getoption("--coordinator-cmd") or os.environ.get(PROGRAM_ENV_VAR) or None
+    timeout = config.getoption("--request-timeout")
+    if timeout is not None and not 0.0 < timeout < math.inf:  # NaN is refused too
+        raise pytest.UsageError(f"--request-timeout is a number of seconds above 0, got {timeout}")
     config.stash[RUN] = KitRun(factories, classes, coordinator, program)
     _profiles(config)
 

@@ -25,7 +25,7 @@ from fakeshard.testing._failover import FailoverMachine
 from fakeshard.testing._lengths import longest_of
 from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
 from fakeshard.testing._parallel import run_parallel
-from fakeshard.testing._program import run_program
+from fakeshard.testing._program import ProgramSettings, run_program
 from fakeshard.testing._regress import run_machine
 from fakeshard.testing._surface import SurfaceMachine
 from fakeshard.testing.plugin import RUN
@@ -126,8 +126,10 @@ def test_machine_program(engine_factory, engine_factory_name, request):
     command = request.config.stash[RUN].coordinator_cmd
     if not command:
         pytest.skip("no coordinator program: give one with --coordinator-cmd")
+    timeout = request.config.getoption("--request-timeout")
+    program = ProgramSettings() if timeout is None else ProgramSettings(request_timeout=timeout)
     _many_sessions(request, engine_factory, engine_factory_name, "program",
-                   lambda config, **kwargs: run_program(config, command, **kwargs))
+                   lambda config, **kwargs: run_program(config, command, program=program, **kwargs))
 
 
 def _many_sessions(request, engine_factory, engine_factory_name, machine, campaign, **config_kwargs):
