@@ -450,53 +450,46 @@ def test_a_connection_the_node_closes_abandons_no_call():
         server.close()
 
 
-def test_a_hung_cleanup_call_is_logged_with_the_ids_an_answered_one_would_be():
+def _answered_then_hung(op: str, bodies: list[bytes]) -> tuple[list[dict], list[dict]]:
+    """The call log's entries for each of ``bodies`` sent to ``op`` once answered, then once more
+    into a partition that hangs."""
     server = ServerThread(FakeShardEngine)
     try:
         node = server.add(ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64))
         control = server.cluster.control_url
-        bodies = [b'{"session_id": "a", "epoch": 0}', b'{"session_id": "a", "epoch": 0, "more": 1}',
-                  b'{"session_id": "a", "session_id": "b", "epoch": 0}']
-        for body in bodies:  # answered: the last two are refused as malformed
-            httpx.post(f"{node.url}/v1/release", content=body, headers={"Content-Type": "application/json"})
+        for body in bodies:
+            httpx.post(f"{node.url}/v1/{op}", content=body, headers={"Content-Type": "application/json"})
         httpx.post(f"{control}/v1/nodes/{node.name}/partition", json={"mode": "hang"})
         for body in bodies:
             with pytest.raises(httpx.TimeoutException):
-                httpx.post(f"{node.url}/v1/release", content=body, headers={"Content-Type": "application/json"},
+                httpx.post(f"{node.url}/v1/{op}", content=body, headers={"Content-Type": "application/json"},
                            timeout=0.2)
         calls = _entries(control)
-        answered, hung = calls[:3], calls[3:]
-        assert [c["outcome"] for c in answered] == ["ok", "malformed_bundle", "malformed_bundle"]
-        assert [c["outcome"] for c in hung] == ["hung"] * 3
-        assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
-            == [("a", 0), (None, None), (None, None)]
+        return calls[:len(bodies)], calls[len(bodies):]
     finally:
         server.close()
+
+
+def test_a_hung_cleanup_call_is_logged_with_the_ids_an_answered_one_would_be():
+    # Answered: the last two are refused as malformed.
+    answered, hung = _answered_then_hung("release", [
+        b'{"session_id": "a", "epoch": 0}', b'{"session_id": "a", "epoch": 0, "more": 1}',
+        b'{"session_id": "a", "session_id": "b", "epoch": 0}'])
+    assert [c["outcome"] for c in answered] == ["ok", "malformed_bundle", "malformed_bundle"]
+    assert [c["outcome"] for c in hung] == ["hung"] * 3
+    assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
+        == [("a", 0), (None, None), (None, None)]
 
 
 def test_a_hung_compute_call_is_logged_with_the_ids_an_answered_one_would_be():
-    server = ServerThread(FakeShardEngine)
-    try:
-        node = server.add(ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64))
-        control = server.cluster.control_url
-        # A bundle, and an error object (it names a session and an epoch, and is no bundle).
-        bodies = [wire.dumps(TokenBundle("a", 0, 0, (1,))).encode(),
-                  wire.dumps(StaleEpoch("stale", session_id="a", epoch=0)).encode()]
-        for body in bodies:
-            httpx.post(f"{node.url}/v1/prefill", content=body, headers={"Content-Type": "application/json"})
-        httpx.post(f"{control}/v1/nodes/{node.name}/partition", json={"mode": "hang"})
-        for body in bodies:
-            with pytest.raises(httpx.TimeoutException):
-                httpx.post(f"{node.url}/v1/prefill", content=body, headers={"Content-Type": "application/json"},
-                           timeout=0.2)
-        calls = _entries(control)
-        answered, hung = calls[:2], calls[2:]
-        assert [c["outcome"] for c in answered] == ["ok", "malformed_bundle"]
-        assert [c["outcome"] for c in hung] == ["hung"] * 2
-        assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
-            == [("a", 0), (None, None)]
-    finally:
-        server.close()
+    # A bundle, and an error object (it names a session and an epoch, and is no bundle).
+    answered, hung = _answered_then_hung("prefill", [
+        wire.dumps(TokenBundle("a", 0, 0, (1,))).encode(),
+        wire.dumps(StaleEpoch("stale", session_id="a", epoch=0)).encode()])
+    assert [c["outcome"] for c in answered] == ["ok", "malformed_bundle"]
+    assert [c["outcome"] for c in hung] == ["hung"] * 2
+    assert [(c["session_id"], c["epoch"]) for c in hung] == [(c["session_id"], c["epoch"]) for c in answered] \
+        == [("a", 0), (None, None)]
 
 
 # -- the command line ----------------------------------------------------------------------------
