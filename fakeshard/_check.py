@@ -291,8 +291,11 @@ def _bar(p: dict[str, Any], width: int = 24) -> str:
             f"{p['failures']} failures, {p['elapsed']:.0f}s")
 
 
-def run_check(options: CheckOptions, *, stream: TextIO = sys.stderr) -> CheckResult:
-    """Run the campaign; raise :class:`CheckError` for bad options."""
+def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> CheckResult:
+    """Run the campaign, its progress written to ``stream`` (``sys.stderr`` as it is at the call);
+    raise :class:`CheckError` for bad options."""
+    if stream is None:
+        stream = sys.stderr
     evidence_class, factory = _validate(options)
     root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
