@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -193,9 +192,12 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     share = options.availability
     if share is not None and not 0.0 <= share <= 1.0:
         raise CheckError(f"--availability is a share from 0 to 1, got {share}")
-    timeout = options.request_timeout
-    if timeout is not None and not 0.0 < timeout < math.inf:  # NaN is refused too
-        raise CheckError(f"--request-timeout is a number of seconds above 0, got {timeout}")
+    if options.request_timeout is not None:
+        from fakeshard.testing._program import request_timeout_problem
+
+        problem = request_timeout_problem(options.request_timeout)
+        if problem is not None:
+            raise CheckError(problem)
     if options.database:
         from fakeshard.testing._database import DatabaseError, example_database
 

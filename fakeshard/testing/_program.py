@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import shlex
 import shutil
@@ -67,6 +68,14 @@ __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSett
 SCALE = 0.25
 #: Real seconds a request may stay unanswered before the run fails for it.
 REQUEST_TIMEOUT = 30.0
+
+
+def request_timeout_problem(seconds: Optional[float]) -> Optional[str]:
+    """What is wrong with ``seconds`` as ``--request-timeout`` (``None``: nothing, or not given)."""
+    if seconds is not None and not 0.0 < seconds < math.inf:  # NaN is refused too
+        return f"--request-timeout is a number of seconds above 0, got {seconds}"
+    return None
+
 #: Real seconds the harness waits, after the workload and the nemesis, for the nodes to empty.
 SETTLE = 5.0
 #: Real seconds a node that left keeps serving (and logging) after the program was told, before it stops.

@@ -20,7 +20,6 @@ Turn it off with ``-p no:fakeshard``.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -123,8 +122,12 @@ def pytest_configure(config: pytest.Config) -> None:
     coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
     program = config.getoption("--coordinator-cmd") or os.environ.get(PROGRAM_ENV_VAR) or None
     timeout = config.getoption("--request-timeout")
-    if timeout is not None and not 0.0 < timeout < math.inf:  # NaN is refused too
-        raise pytest.UsageError(f"--request-timeout is a number of seconds above 0, got {timeout}")
+    if timeout is not None:
+        from fakeshard.testing._program import request_timeout_problem
+
+        problem = request_timeout_problem(timeout)
+        if problem is not None:
+            raise pytest.UsageError(problem)
     config.stash[RUN] = KitRun(factories, classes, coordinator, program)
     _profiles(config)
 
