@@ -19,8 +19,10 @@ would meet them; the client is this process's ``RemoteShardEngine``.
 * the server process's own CPU time per decode call (``/proc/PID/stat``),
   with ``--keepalive-clients`` standard-library keep-alive clients each
   sending ``--calls`` JSON decodes to one node, over the same figure for the
-  echo endpoint (goal: at most 50 us per decode), and the echo's figure on
-  aiohttp's server for scale;
+  echo endpoint (goal: at most 50 us per decode), the same decodes answered
+  by the least a Python handler can do on that stack (JSON in, the engine's
+  ``decode``, JSON out: no checks, call log, metrics or lock), and the echo's
+  figure on aiohttp's server for scale;
 * the wall time of a ``ci`` campaign of the reference coordinator program
   (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
   skips it).
@@ -55,6 +57,30 @@ async def main():
     sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
     print(sock.getsockname()[1], flush=True)
     await H1Server(echo, max_body=1 << 30).listen(sock)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+#: The least a Python handler of a decode can do on the same stack: read the JSON, call the
+#: engine, write the sample; no checks of the body, no call log, metrics, lock or fault
+#: bookkeeping.  Its sessions are the ones the CPU figure's clients decode (``cpu{k}``).
+_FLOOR = """
+import asyncio, json, socket
+from fakeshard import FakeShardEngine, ShardSpec, TokenBundle
+from fakeshard._clock import VirtualClock
+from fakeshard.server._h1 import H1Server, Response
+engine = FakeShardEngine(ShardSpec("bench-small", 4, 0, 4, hidden_size=8, vocab_size=256), clock=VirtualClock())
+for k in range(CLIENTS):
+    engine.prefill(TokenBundle(f"cpu{k}", 0, 0, (k % 64,)))
+async def decode(request):
+    d = json.loads(request.body)
+    out = engine.decode(TokenBundle(d["session_id"], d["epoch"], d["start_pos"], tuple(d["tokens"])))
+    return Response(200, json.dumps({"kind": "sample_bundle", "contract": out.contract, "session_id": out.session_id,
+                                     "epoch": out.epoch, "pos": out.pos, "token": out.token}).encode(),
+                    "application/json")
+async def main():
+    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
+    print(sock.getsockname()[1], flush=True)
+    await H1Server(decode, max_body=1 << 30).listen(sock)
     await asyncio.Event().wait()
 asyncio.run(main())
 """
@@ -157,6 +183,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             echo = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, text=True)
             procs.append(echo)
             echo_url = f"http://127.0.0.1:{int(echo.stdout.readline())}/echo"
+            floor = subprocess.Popen([sys.executable, "-c", _FLOOR.replace("CLIENTS", str(args.keepalive_clients))],
+                                     stdout=subprocess.PIPE, text=True)
+            procs.append(floor)
+            floor_url = f"http://127.0.0.1:{int(floor.stdout.readline())}/v1/decode"
             aio = subprocess.Popen([sys.executable, "-c", _AIOHTTP_ECHO], stdout=subprocess.PIPE, text=True)
             procs.append(aio)
             aio_url = f"http://127.0.0.1:{int(aio.stdout.readline())}/echo"
@@ -233,6 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             decode_cpu_us = _server_cpu_per_call(server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode",
                                                  clients, calls, decode_body)
             echo_cpu_us = _server_cpu_per_call(echo.pid, echo_url, clients, calls, decode_body)
+            floor_cpu_us = _server_cpu_per_call(floor.pid, floor_url, clients, calls, decode_body)
             aiohttp_cpu_us = _server_cpu_per_call(aio.pid, aio_url, clients, calls, decode_body)
             for k in range(clients):
                 full.release(f"cpu{k}", 0)
@@ -270,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "server_cpu_per_decode_us": round(decode_cpu_us, 1),
         "server_cpu_per_echo_us": round(echo_cpu_us, 1),
         "decode_cpu_over_echo": round(decode_cpu_us / echo_cpu_us, 2),
+        "floor_cpu_per_decode_us": round(floor_cpu_us, 1),
+        "decode_cpu_over_floor": round(decode_cpu_us / floor_cpu_us, 2),
         "aiohttp_cpu_per_echo_us": round(aiohttp_cpu_us, 1),
         "keepalive_clients": args.keepalive_clients,
         "program_ci_campaign_s": None if campaign_s is None else round(campaign_s, 1),
@@ -286,6 +319,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
           f"({held} positions)")
     print(f"  server CPU per JSON decode, {args.keepalive_clients} keep-alive clients "
           f"{decode_cpu_us:7.1f} us   {decode_cpu_us / echo_cpu_us:5.2f}x echo's {echo_cpu_us:.1f} us (goal <= 50 us)")
+    print(f"  server CPU per decode, least a Python handler does (floor)   {floor_cpu_us:7.1f} us   "
+          f"{decode_cpu_us / floor_cpu_us:5.2f}x: the node over the floor")
     print(f"  server CPU per echo on aiohttp's server (for scale)          {aiohttp_cpu_us:7.1f} us   "
           f"{aiohttp_cpu_us / echo_cpu_us:5.2f}x the nodes' stack")
     if campaign_s is not None:
