@@ -342,3 +342,17 @@ def test_a_call_the_coordinator_timed_out_on_a_delay_counts_as_a_failure_in_the_
     assert run.failure is None, run.failure
     (abandoned,) = [c for c in run.calls if c["abandoned"]]
     assert abandoned["op"] == "decode" and abandoned["held"] == 2.401
+
+
+def test_a_node_slower_than_the_call_timeout_is_waited_out_not_asked_for_ever():
+    # Every prefill on the only node takes 5 s (a long prompt, a loaded machine), more than the
+    # reference's 2 s call timeout: each attempt after a timed-out one waits twice as long (2, 4,
+    # then 8 s), so the third attempt is answered.  A fixed timeout would ask for ever, and give up.
+    slow = Scenario(seed=0, stages=1, replicas=1, capacity=None,
+                    plans=(FaultPlan((FaultRule(Delay(5.0), op="prefill", count=None),)),),
+                    clients=(Client("a", 0.0, (Round([1, 2], 2),)),))
+    run = run_scenario(FakeShardEngine, slow, reference_async)
+    assert run.failure is None, run.failure
+    assert run.availability == 1.0 and run.reached["sim:gave_up"] == 0
+    prefills = [(c["epoch"], c["abandoned"]) for c in run.calls if c["op"] == "prefill"]
+    assert prefills == [(0, True), (1, True), (2, False)]

@@ -182,6 +182,31 @@ def test_a_call_the_program_timed_out_on_a_late_answer_counts_as_a_failure_in_th
     assert run.reached["program:call_abandoned"] == 1 and run.reached["sim:replay_new_epoch"] == 1
 
 
+#: One node whose every prefill is held 0.5 s real (Delay 2 scenario seconds, scaled 0.25).
+SLOW_PREFILLS = Scenario(seed=0, stages=1, replicas=1, capacity=None,
+                         plans=(FaultPlan((FaultRule(Delay(2.0), op="prefill", count=None),)),),
+                         clients=(Client("a", 0.0, (Round([1, 2], 2),)),))
+
+
+def _waited_out(run) -> None:
+    """Two prefills the program timed out on (0.15 s, then 0.3 s), the third answered (0.6 s)."""
+    assert run.failure is None, run.failure
+    assert run.availability == 1.0 and run.reached["sim:gave_up"] == 0
+    assert [(c["epoch"], c["abandoned"]) for c in run.calls if c["op"] == "prefill"] == \
+        [(0, True), (1, True), (2, False)]
+
+
+def test_the_reference_program_waits_out_a_node_slower_than_its_call_timeout():
+    _waited_out(run_program_scenario(FakeShardEngine, SLOW_PREFILLS, f"{REFERENCE} --call-timeout 0.15",
+                                     settings=QUICK))
+
+
+@needs_node
+def test_the_node_example_waits_out_a_node_slower_than_its_call_timeout(monkeypatch):
+    monkeypatch.setenv("FAKESHARD_CALL_TIMEOUT_MS", "150")
+    _waited_out(run_program_scenario(FakeShardEngine, SLOW_PREFILLS, EXAMPLE, settings=QUICK))
+
+
 def test_a_late_answer_the_program_never_read_counts_as_a_failure_in_the_budget(tmp_path):
     # Session a's program times out after the answer came but before it read it (what a loaded
     # machine does to any coordinator): it closes the connection with the answer unread and
@@ -260,12 +285,12 @@ def test_a_release_whose_call_never_left_the_program_is_judged_at_the_end(tmp_pa
 
 
 def test_an_unanswered_request_says_which_answers_the_program_hung_up_on():
-    # Every prefill held 0.25 s real (Delay 1 scenario second) by a program that waits 0.05 s:
-    # it retries and never gets a token.
+    # Every prefill held 0.25 s real (Delay 1 scenario second) by a program that waits 0.02 s,
+    # and at most 0.16 s once its timeouts stretch (8 times): it retries and never gets a token.
     slow = Scenario(seed=0, stages=1, replicas=1, capacity=None,
                     plans=(FaultPlan((FaultRule(Delay(1.0), op="prefill", nth=1, count=1000),)),),
                     clients=(Client("a", 0.0, (Round([1, 2], 1),)),))
-    run = run_program_scenario(FakeShardEngine, slow, f"{REFERENCE} --call-timeout 0.05",
+    run = run_program_scenario(FakeShardEngine, slow, f"{REFERENCE} --call-timeout 0.02",
                                settings=ProgramSettings(request_timeout=2.0, settle=1.0))
     assert run.check == "unanswered"
     assert "the program hung up on" in run.failure and "its call timeout may be shorter" in run.failure

@@ -15,6 +15,9 @@
 // * a session is routed, stage by stage, to the replica with the fewest open sessions
 //   that has not failed lately;
 // * every node call has a timeout (a partition that hangs costs a timeout, not a hang);
+//   within one request, each attempt after a timed-out one waits twice as long, up to
+//   MAX_STRETCH times the timeout, so a node slower than the timeout (a long prefill, a
+//   loaded machine) is waited out instead of asked again for ever;
 // * on any failure: avoid the node for a while, restart it if it says it is down, bump the
 //   session's epoch and replay its whole history from position 0 on the new route;
 // * release releases the session on every node it ever touched, and retries in the
@@ -25,6 +28,7 @@ import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 
 const CALL_TIMEOUT_MS = Number(process.env.FAKESHARD_CALL_TIMEOUT_MS ?? 1000);
+const MAX_STRETCH = 8;
 const SUSPECT_MS = 5000;
 const MAX_ATTEMPTS = 24;
 const SWEEP_MS = 1000;
@@ -82,18 +86,20 @@ export class Coordinator {
   async nextToken({ session_id: id }) {
     return this.locked(id, async () => {
       const s = this.sessions.get(id);
+      let stretch = 1; // doubles after each attempt that timed out
       for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         if (attempt) await sleep(Math.min(1000, 50 * 2 ** (attempt - 1)));
         const route = this.route(s);
         if (route === null) continue; // a stage with no node: wait and look again
         try {
-          const token = await this.through(s, route);
+          const token = await this.through(s, route, CALL_TIMEOUT_MS * stretch);
           s.needsReplay = false;
           s.generated.push(token);
           return token;
         } catch (err) {
           if (!(err instanceof CallFailed)) throw err;
           this.log(`session ${id}: ${err.message}`);
+          if (err.code === 'timeout') stretch = Math.min(2 * stretch, MAX_STRETCH);
           await this.recover(s, err);
         }
       }
@@ -148,7 +154,7 @@ export class Coordinator {
     s.needsReplay = true;
   }
 
-  async through(s, route) {
+  async through(s, route, timeoutMs) {
     const history = [...s.prompt, ...s.generated];
     const replay = s.needsReplay;
     const request = { kind: 'token_bundle', contract: '1', session_id: s.id, epoch: s.epoch,
@@ -158,7 +164,7 @@ export class Coordinator {
       const node = route[i];
       if (!this.present(node)) throw new CallFailed(node, 'engine_crashed', 'left the cluster');
       s.touched.set(node.name, node);
-      const out = await this.call(node, replay ? 'prefill' : 'decode', bundle);
+      const out = await this.call(node, replay ? 'prefill' : 'decode', bundle, timeoutMs);
       const problem = this.problem(node, request, out, i === route.length - 1);
       if (problem) throw new CallFailed(node, 'malformed_output', problem);
       bundle = out;
@@ -252,8 +258,8 @@ export class Coordinator {
     return out;
   }
 
-  async call(node, op, bundle) {
-    return this.post(`${node.url}/v1/${op}`, bundle, node);
+  async call(node, op, bundle, timeoutMs) {
+    return this.post(`${node.url}/v1/${op}`, bundle, node, timeoutMs);
   }
 
   async close(node, op, id, epoch) {
@@ -261,11 +267,11 @@ export class Coordinator {
   }
 
   // POST a JSON body; the answer's JSON, or a CallFailed naming what went wrong.
-  async post(url, body, node) {
+  async post(url, body, node, timeoutMs = CALL_TIMEOUT_MS) {
     let response;
     try {
       response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' },
-                                    body: JSON.stringify(body), signal: AbortSignal.timeout(CALL_TIMEOUT_MS) });
+                                    body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
     } catch (err) {
       throw this.transportFailure(node, err);
     }

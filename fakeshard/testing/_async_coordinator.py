@@ -8,7 +8,10 @@ What it does, the simplest way that is correct under concurrency:
 * **Routes over replicas, load-aware.**  A session is routed, stage by stage, to the
   reachable replica with the fewest open sessions (ties: the oldest node).
 * **Every call has a timeout** (:data:`CALL_TIMEOUT` seconds of the loop's time): a
-  partition that swallows calls costs a timeout, never a hang.
+  partition that swallows calls costs a timeout, never a hang.  Within one request, each
+  attempt after a timed-out one waits twice as long, up to :data:`MAX_STRETCH` times the
+  timeout: a node slower than the timeout (a long prefill, a loaded machine) is waited out
+  instead of asked again for ever.
 * **On any failure: bump the epoch, re-route, replay.**  The failing node is avoided
   for :data:`SUSPECT_FOR` seconds; a node that answered ``EngineCrashed`` is restarted
   (empty), as a tracker restarts a runner.  The session's whole history is replayed at
@@ -35,10 +38,13 @@ from fakeshard import EngineCrashed, MalformedBundle, ShardError, TokenBundle
 from fakeshard._pipeline import answer_problem
 from fakeshard.testing._reference_coordinator import GaveUp
 
-__all__ = ["AsyncCoordinator", "CALL_TIMEOUT", "MAX_ATTEMPTS", "SUSPECT_FOR", "reference_async"]
+__all__ = ["AsyncCoordinator", "CALL_TIMEOUT", "MAX_ATTEMPTS", "MAX_STRETCH", "SUSPECT_FOR", "reference_async"]
 
 #: Seconds a call may take before the coordinator stops waiting for it.
 CALL_TIMEOUT = 2.0
+#: The longest a request's call may wait, in call timeouts: after each timed-out attempt the
+#: next waits twice as long, up to this (1, 2, 4, 8, 8, ... timeouts).
+MAX_STRETCH = 8
 #: Seconds a node that failed a call is avoided when routing.
 SUSPECT_FOR = 5.0
 #: Failed attempts at one request before it gives up.
@@ -99,6 +105,7 @@ class AsyncCoordinator:
     async def next_token(self, session_id: str) -> int:
         async with self._lock(session_id):
             s = self.sessions[session_id]
+            stretch = 1  # doubles after each attempt that timed out
             for attempt in range(MAX_ATTEMPTS):
                 if attempt:
                     await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
@@ -109,9 +116,12 @@ class AsyncCoordinator:
                 request = (TokenBundle(session_id, s.epoch, 0, tuple(history)) if s.needs_replay
                            else TokenBundle(session_id, s.epoch, len(history) - 1, (history[-1],)))
                 op = "prefill" if s.needs_replay else "decode"
+                timeout = None if self.call_timeout is None else self.call_timeout * stretch
                 try:
-                    sample = await self._through(s, route, op, request)
+                    sample = await self._through(s, route, op, request, timeout)
                 except _StageFailed as failed:
+                    if isinstance(failed.error, asyncio.TimeoutError):
+                        stretch = min(2 * stretch, MAX_STRETCH)
                     await self._recover(s, failed)
                     continue
                 s.needs_replay = False
@@ -175,7 +185,8 @@ class AsyncCoordinator:
                 s.needs_replay = True
         return list(s.route)
 
-    async def _through(self, s: _Session, route: list[Any], op: str, request: TokenBundle) -> Any:
+    async def _through(self, s: _Session, route: list[Any], op: str, request: TokenBundle,
+                       timeout: Optional[float]) -> Any:
         bundle: Any = request
         n = len(request.tokens)
         for i, node in enumerate(route):
@@ -183,7 +194,7 @@ class AsyncCoordinator:
                 raise _StageFailed(i, node, EngineCrashed(f"{node.name} left the cluster"))
             s.touched[node.name] = node
             try:
-                out = await asyncio.wait_for(getattr(node, op)(bundle), self.call_timeout)
+                out = await asyncio.wait_for(getattr(node, op)(bundle), timeout)
             except (ShardError, asyncio.TimeoutError) as exc:
                 raise _StageFailed(i, node, exc) from None
             problem = answer_problem(node.spec, request, n, out, last=i == len(route) - 1, model=self.model)

@@ -190,7 +190,8 @@ def main(argv: Optional[list[str]] = None, coordinator: type[AsyncCoordinator] =
                                 description="The kit's reference async coordinator, as a coordinator program "
                                             "speaking the stdio protocol.")
     p.add_argument("--call-timeout", type=float, default=1.0,
-                   help="seconds a node call may take before it is abandoned (default 1.0)")
+                   help="seconds a node call may take before it is abandoned (default 1.0); within a "
+                        "request, each attempt after a timed-out one waits twice as long, up to 8 times this")
     args = p.parse_args(argv)
     asyncio.run(serve(args.call_timeout, coordinator=coordinator))
     return 0
