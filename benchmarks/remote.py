@@ -48,18 +48,21 @@ import httpx
 from fakeshard import FakeShardEngine, Pipeline, ShardSpec, TokenBundle
 from fakeshard.remote import RemoteShardEngine
 
+#: A server on the nodes' HTTP layer answering with ``HANDLER`` (a script's tail): it prints its port.
+_H1_SERVE = """
+async def main():
+    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
+    print(sock.getsockname()[1], flush=True)
+    await H1Server(HANDLER, max_body=1 << 30).listen(sock)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
 _ECHO = """
 import asyncio, socket
 from fakeshard.server._h1 import H1Server, Response
 async def echo(request):
     return Response(200, request.body, request.content_type)
-async def main():
-    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
-    print(sock.getsockname()[1], flush=True)
-    await H1Server(echo, max_body=1 << 30).listen(sock)
-    await asyncio.Event().wait()
-asyncio.run(main())
-"""
+""" + _H1_SERVE.replace("HANDLER", "echo")
 #: The least a Python handler of a decode can do on the same stack: read the JSON, call the
 #: engine, write the sample; no checks of the body, no call log, metrics, lock or fault
 #: bookkeeping.  Its sessions are the ones the CPU figure's clients decode (``cpu{k}``).
@@ -77,13 +80,7 @@ async def decode(request):
     return Response(200, json.dumps({"kind": "sample_bundle", "contract": out.contract, "session_id": out.session_id,
                                      "epoch": out.epoch, "pos": out.pos, "token": out.token}).encode(),
                     "application/json")
-async def main():
-    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
-    print(sock.getsockname()[1], flush=True)
-    await H1Server(decode, max_body=1 << 30).listen(sock)
-    await asyncio.Event().wait()
-asyncio.run(main())
-"""
+""" + _H1_SERVE.replace("HANDLER", "decode")
 #: The same echo on aiohttp's server (the nodes' stack until their own HTTP layer), for scale.
 _AIOHTTP_ECHO = """
 import socket
@@ -96,6 +93,14 @@ sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
 print(sock.getsockname()[1], flush=True)
 web.run_app(app, sock=sock, print=None, access_log=None, handle_signals=True)
 """
+
+
+def _start(script: str, path: str, procs: list) -> tuple[subprocess.Popen, str]:
+    """Run ``script`` (which prints the loopback port it listens on) in a new process, kept in
+    ``procs``; the process and the URL of ``path`` on it."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    procs.append(proc)
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}{path}"
 
 
 def _rss_kib(pid: int) -> int:
@@ -180,16 +185,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                                         stdout=subprocess.PIPE, text=True)
                 procs.append(proc)
                 rosters.append(json.loads(proc.stdout.readline()))
-            echo = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, text=True)
-            procs.append(echo)
-            echo_url = f"http://127.0.0.1:{int(echo.stdout.readline())}/echo"
-            floor = subprocess.Popen([sys.executable, "-c", _FLOOR.replace("CLIENTS", str(args.keepalive_clients))],
-                                     stdout=subprocess.PIPE, text=True)
-            procs.append(floor)
-            floor_url = f"http://127.0.0.1:{int(floor.stdout.readline())}/v1/decode"
-            aio = subprocess.Popen([sys.executable, "-c", _AIOHTTP_ECHO], stdout=subprocess.PIPE, text=True)
-            procs.append(aio)
-            aio_url = f"http://127.0.0.1:{int(aio.stdout.readline())}/echo"
+            echo, echo_url = _start(_ECHO, "/echo", procs)
+            floor, floor_url = _start(_FLOOR.replace("CLIENTS", str(args.keepalive_clients)), "/v1/decode", procs)
+            aio, aio_url = _start(_AIOHTTP_ECHO, "/echo", procs)
 
             # 1. decode round trip against an echo of the same size.
             full = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
