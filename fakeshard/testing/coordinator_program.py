@@ -24,7 +24,7 @@ import httpx
 
 from fakeshard import EngineCrashed, ShardError, ShardSpec, wire
 from fakeshard.remote._engine import error_of, transport_error
-from fakeshard.testing._async_coordinator import AsyncCoordinator
+from fakeshard.testing._async_coordinator import MAX_STRETCH, AsyncCoordinator
 from fakeshard.testing._reference_coordinator import GaveUp
 
 __all__ = ["CoordinatorProgram", "HttpNode", "main"]
@@ -190,8 +190,8 @@ def main(argv: Optional[list[str]] = None, coordinator: type[AsyncCoordinator] =
                                 description="The kit's reference async coordinator, as a coordinator program "
                                             "speaking the stdio protocol.")
     p.add_argument("--call-timeout", type=float, default=1.0,
-                   help="seconds a node call may take before it is abandoned (default 1.0); within a "
-                        "request, each attempt after a timed-out one waits twice as long, up to 8 times this")
+                   help="seconds a node call may take before it is abandoned (default 1.0); within a request, "
+                        f"each attempt after a timed-out one waits twice as long, up to {MAX_STRETCH} times this")
     args = p.parse_args(argv)
     asyncio.run(serve(args.call_timeout, coordinator=coordinator))
     return 0
