@@ -285,6 +285,30 @@ def test_a_release_that_cancels_the_call_in_flight_passes_a_ci_campaign():
     assert total.reached["sim:release_raced_token"] and total.failure is None
 
 
+class CleansUpAfterFailures(AsyncCoordinator):
+    """Another sound recovery: after a failed attempt, cancel the session at the failed epoch
+    on every node of its route (best effort, each under the call timeout), then bump the
+    epoch and replay as the reference does.  What the failed attempt left is freed at once
+    instead of at release; the cancels are cleanup calls, which the budget counts apart."""
+
+    async def _recover(self, s, failed):
+        epoch, route = s.epoch, [node for node in s.route if node is not None and self._present(node)]
+        await super()._recover(s, failed)
+        await asyncio.gather(*(self._call(node, "cancel", s.session_id, epoch) for node in route),
+                             return_exceptions=True)
+
+
+@pytest.mark.slow
+def test_a_coordinator_that_cancels_what_a_failed_attempt_left_passes_a_ci_campaign():
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
+                                       coordinator=CleansUpAfterFailures,
+                                       coordinator_name="tests.test_concurrent:CleansUpAfterFailures")
+    total = run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
+    # It met failures and sent its cancels into them (a cancel a fault answered is one it sent).
+    assert total.failure is None and total.reached["sim:replay_new_epoch"]
+    assert any(key.startswith("sim:fault:") and key.endswith(":cancel") for key in total.reached)
+
+
 def test_a_plan_fault_that_changed_nothing_is_reported_and_one_that_did_is_not():
     from fakeshard import Crash, FaultRule, MemoryPressure
 
