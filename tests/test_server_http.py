@@ -6,6 +6,7 @@ Loopback only; every read is bounded by the socket's timeout.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 
@@ -163,5 +164,119 @@ def test_requests_pipelined_after_a_dropped_answer_are_never_read():
             applied, never_read = _read_answer(sock, buffer), _read_answer(sock, buffer)
         assert applied[0] == 200 and json.loads(applied[2])["cached_tokens"] == 1
         assert never_read[0] == 404
+    finally:
+        server.close()
+
+
+# -- a caller that hangs up: what the server tells its ``on_hangup`` --------------------------------
+
+class _Transport:
+    """Just enough of an asyncio transport to drive one connection by hand."""
+
+    def __init__(self, socket_error: int = 0) -> None:
+        self.written, self.closing, self.socket_error = b"", False, socket_error
+        self.sock = self
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default=None):
+        return self.sock if name == "socket" else default
+
+    def getsockopt(self, level: int, option: int) -> int:
+        assert (level, option) == (socket.SOL_SOCKET, socket.SO_ERROR)
+        return self.socket_error
+
+
+_CALL = b"POST /x HTTP/1.1\r\nHost: n\r\nContent-Length: 0\r\n\r\n"
+
+
+def _connection(handler, transport: _Transport) -> tuple[object, list]:
+    from fakeshard.server._h1 import H1Server, _Connection
+
+    hung_up: list = []
+    server = H1Server(handler, max_body=1024, on_hangup=hung_up.append)
+    server.accepting = True
+    connection = _Connection(server)
+    connection.connection_made(transport)
+    return connection, hung_up
+
+
+def test_a_call_that_ends_after_its_caller_closed_the_connection_was_hung_up_on():
+    """The caller's close was read while the handler waited (the transport is closing), and
+    the handler ended before asyncio reported the connection lost: the answer never left."""
+    from fakeshard.server._h1 import Response
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def handler(request):
+            await gate.wait()
+            return Response(200, b"late", "text/plain")
+        transport = _Transport()
+        connection, hung_up = _connection(handler, transport)
+        connection.data_received(_CALL)
+        transport.close()  # the caller's end of file, read: asyncio closes the transport
+        gate.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert transport.written == b"" and [r.path for r in hung_up] == ["/x"]
+        connection.connection_lost(None)
+        assert len(hung_up) == 1  # said once
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("socket_error, hung_up_on", [(0, False), (32, True)])
+def test_an_end_of_file_after_an_answer_is_a_hang_up_only_when_the_answer_met_a_reset(socket_error, hung_up_on):
+    """A close read after the answer left: a caller done with its connection (no error on the
+    socket), or one that had closed before the answer came, whose kernel reset the
+    connection when the answer reached it (``EPIPE``, 32, pending on the socket)."""
+    from fakeshard.server._h1 import Response
+
+    async def main() -> None:
+        async def handler(request):
+            return Response(200, b"ok", "text/plain")
+        transport = _Transport(socket_error)
+        connection, hung_up = _connection(handler, transport)
+        connection.data_received(_CALL)
+        assert transport.written.startswith(b"HTTP/1.1 200 OK\r\n")
+        connection.eof_received()
+        assert [r.path for r in hung_up] == (["/x"] if hung_up_on else [])
+    asyncio.run(main())
+
+
+def test_a_caller_that_closes_right_after_sending_hung_up_on_every_call():
+    """Send, then close at once, never reading: whichever comes first at the node (the
+    answer, or the close), each call's caller hung up before reading its answer."""
+    import time
+
+    import httpx
+
+    server = ServerThread(FakeShardEngine, time_scale=0.0)
+    try:
+        served = server.add(SPEC)
+        for i in range(20):
+            with socket.create_connection((served.host, served.port), timeout=10) as sock:
+                sock.sendall(raw_post("/v1/prefill", wire.dumps(TokenBundle(f"s{i}", 0, 0, (1, 2))).encode()))
+        deadline = time.monotonic() + 10
+        while True:
+            calls = httpx.get(f"{server.cluster.control_url}/v1/calls").json()["calls"]
+            if (len(calls) == 20 and all(c["abandoned"] is not None for c in calls)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert [(c["session_id"], c["outcome"], c["abandoned"] is not None) for c in calls] == [
+            (f"s{i}", "ok", True) for i in range(20)]
     finally:
         server.close()

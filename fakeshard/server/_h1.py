@@ -145,6 +145,15 @@ class _Connection(asyncio.Protocol):
         self._queue.clear()
         self._writable.set()
 
+    def eof_received(self) -> None:
+        """The caller closed its side; asyncio then closes the connection.  After an answer,
+        and before another request, that is a caller done with the connection, unless the
+        connection was reset by then: the caller had closed its socket before the answer
+        came (its timeout crossing the answer), and its kernel reset the connection when
+        the answer reached it, unread."""
+        if self._answered is not None and _reset_by_peer(self._transport):
+            self._hangup(self._answered)
+
     def _hangup(self, request: Request) -> None:
         self._answering = self._answered = None
         if self._server.on_hangup is not None:
@@ -265,6 +274,8 @@ class _Connection(asyncio.Protocol):
                 finally:
                     self._answering = None
                 if transport.is_closing():
+                    if not self._ended_here:  # the caller closed or reset it while the call ran
+                        self._hangup(request)
                     return
                 if response is DROP:
                     transport.close()
@@ -335,6 +346,18 @@ class _LineTooLong(Exception):
     """A request target or header line over ``MAX_LINE`` bytes."""
 
 
+def _reset_by_peer(transport: Optional[asyncio.BaseTransport]) -> bool:
+    """Whether the connection's socket holds an error the peer's reset left (``EPIPE`` when
+    the peer had closed its side first, ``ECONNRESET`` before)."""
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+    except OSError:
+        return False
+
+
 def reset(transport: asyncio.BaseTransport) -> None:
     """Reset the connection (RST, not FIN): linger 0, then abort."""
     sock = transport.get_extra_info("socket")
@@ -349,8 +372,11 @@ class H1Server:
     ``on_hangup(request)`` is called when a request's caller hung up before reading its
     answer: it closed or reset the connection while the handler ran, or reset it after the
     answer was written and before it sent another request (closing a socket with data it
-    never read resets the connection).  A close after the answer was written is not one:
-    it is also how a caller that read the answer lets an idle connection go.
+    never read resets the connection).  A close read after the answer was written is not
+    one (it is also how a caller that read the answer lets an idle connection go), unless
+    the connection was reset by then: the caller had closed before the answer came (a
+    timeout crossing the answer), and its kernel reset the connection when the answer
+    reached it.
     """
 
     def __init__(self, handler: Handler, *, max_body: int,
