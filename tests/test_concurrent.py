@@ -26,7 +26,7 @@ from fakeshard.testing._concurrent import (
     run_scenario,
     scenarios,
 )
-from fakeshard.testing._coordinator_machine import CoordinatorError, CoordinatorRunner, reference
+from fakeshard.testing._coordinator_machine import CoordinatorError, CoordinatorRunner, load_coordinator, reference
 from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._sim import Deadlock, Nemesis, World, new_loop
 from fakeshard.testing._trace import Trace
@@ -380,3 +380,21 @@ def test_a_node_slower_than_the_call_timeout_is_waited_out_not_asked_for_ever():
     assert run.availability == 1.0 and run.reached["sim:gave_up"] == 0
     prefills = [(c["epoch"], c["abandoned"]) for c in run.calls if c["op"] == "prefill"]
     assert prefills == [(0, True), (1, True), (2, False)]
+
+
+def test_the_reference_async_coordinator_is_the_kit_s_by_its_public_name():
+    import fakeshard.testing as kit
+
+    assert {"AsyncCoordinator", "reference_async"} <= set(kit.__all__)
+    factory = load_coordinator("fakeshard.testing:reference_async")
+    assert factory is kit.reference_async
+    scenario = Scenario(seed=1, stages=2, replicas=1, capacity=None, plans=(FaultPlan(), FaultPlan()),
+                        clients=(Client("a", 0.0, (Round([1, 2], 2),)),))
+    made = []
+
+    def keep(stages, *, clock=None):
+        made.append(factory(stages, clock=clock))
+        return made[-1]
+    run = run_scenario(FakeShardEngine, scenario, keep)
+    assert run.failure is None and isinstance(made[0], kit.AsyncCoordinator)
+    assert [e["outcome"] for e in run.events if e["event"] == "complete"] == ["ok"] * 4

@@ -12,8 +12,8 @@ nor the machines.  Public modules: ``checks`` (checks to run on any engine facto
 ``strategies`` (Hypothesis strategies for your own tests), ``suite`` (the campaign as
 pytest tests) and ``plugin`` (the pytest plugin).  The rest is private by name: the
 machines (``_machines``, ``_failover``, ``_surface``, ``_parallel``,
-``_coordinator_machine``), the reference model (``_model``) and coordinator
-(``_reference_coordinator``), the step runner (``_runner``), traces and replay
+``_coordinator_machine``), the reference model (``_model``) and coordinators
+(``_reference_coordinator``, ``_async_coordinator``), the step runner (``_runner``), traces and replay
 (``_trace``, ``_regress``), ``_probes``, ``_profiles``, ``_campaign`` and the rest.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 #: Public name -> the module that defines it.
 _WHERE = {
+    "AsyncCoordinator": "_async_coordinator",
     "Cluster": "plugin",
     "Coordinator": "_reference_coordinator",
     "CoordinatorMachine": "_coordinator_machine",
@@ -40,6 +41,7 @@ _WHERE = {
     "WireLink": "_reference_coordinator",
     "load_coordinator": "_coordinator_machine",
     "reference": "_coordinator_machine",
+    "reference_async": "_async_coordinator",
     "replay": "_regress",
     "run_machine": "_regress",
     "run_parallel": "_parallel",

@@ -77,7 +77,19 @@ class _StageFailed(Exception):
 
 
 class AsyncCoordinator:
-    """Sessions over ``stages`` (per stage, the nodes able to serve it); see the module."""
+    """The kit's reference async coordinator: sessions over ``stages`` (per stage, the nodes
+    able to serve it, oldest first), for the ``concurrent`` and ``program`` machines.
+
+    One call at a time per session (a ``release`` waits for the ``next_token`` in
+    flight); routes chosen per stage by load, avoiding for :data:`SUSPECT_FOR` seconds
+    a node that was down or did not answer in time; every call under
+    :attr:`call_timeout` (stretched up to :data:`MAX_STRETCH` times within a request
+    after timeouts); on any failure the epoch goes up and the history is replayed from
+    position 0; a node that answered ``EngineCrashed`` is restarted; releases that
+    cannot land are retried in the background until they do; :meth:`on_nodes_changed`
+    re-routes sessions off nodes that left.  A request gives up (``GaveUp``) after :data:`MAX_ATTEMPTS` failed
+    attempts.  Subclass it to vary one choice and keep the rest.
+    """
 
     def __init__(self, stages: Sequence[Sequence[Any]], *, clock: Any = None) -> None:
         self.stages = [list(stage) for stage in stages]

@@ -5,7 +5,7 @@
 It speaks the stdio protocol of ``docs/contract.md`` ("Coordinator programs"):
 one JSON request a line on standard input, one JSON answer a line on standard
 output, in any order; its log goes to standard error.  Behind the protocol it is
-:class:`fakeshard.testing._async_coordinator.AsyncCoordinator` unchanged, holding
+:class:`fakeshard.testing.AsyncCoordinator` unchanged, holding
 each node as :class:`HttpNode`, a node reached through HTTP API v1 only (binary
 frames for prefill and decode, JSON for the rest; a node's restart through the
 control API the ``init`` request names).
