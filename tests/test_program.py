@@ -545,7 +545,7 @@ def test_the_plugin_refuses_a_request_timeout_that_is_no_number_of_seconds(tmp_p
 #: The reference program, answering every next_token 3 seconds late (well within the default limit).
 SLOW_TOKENS = """
 import asyncio, sys
-from fakeshard.testing._async_coordinator import AsyncCoordinator
+from fakeshard.testing import AsyncCoordinator
 from fakeshard.testing.coordinator_program import main
 
 class Slow(AsyncCoordinator):

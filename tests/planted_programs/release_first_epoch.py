@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from fakeshard.testing._async_coordinator import AsyncCoordinator
+from fakeshard.testing import AsyncCoordinator
 from fakeshard.testing.coordinator_program import main
 
 
