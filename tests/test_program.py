@@ -223,7 +223,7 @@ def test_a_late_answer_the_program_never_read_counts_as_a_failure_in_the_budget(
             sock = socket.create_connection((host, int(port)))
             sock.sendall(b"POST /v1/%s HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n"
                          b"Content-Length: %d\\r\\n\\r\\n%s" % (op.encode(), len(data), data))
-            time.sleep(0.5)  # the answer arrives meanwhile, and is never read
+            time.sleep(0.2)  # the answer arrives meanwhile, and is never read (shorter than a silence)
             sock.close()
         def answer(request, url):
             kind, sid = request["type"], request.get("session_id")
@@ -251,6 +251,45 @@ def test_a_late_answer_the_program_never_read_counts_as_a_failure_in_the_budget(
     calls = [(c["session_id"], c["op"], c["epoch"], c["abandoned"]) for c in run.calls]
     assert calls.index(("b", "release", 0, False)) < calls.index(("a", "prefill", 1, False))
     assert ("a", "prefill", 0, True) in calls
+
+
+def _replaying_program(tmp_path: Path, pause: float) -> str:
+    """A program whose next_token prefills the history, waits ``pause`` seconds, and prefills it
+    again at the next epoch: a replay no failure any node saw explains, after a silence."""
+    return python_program(tmp_path, f"""\
+        import time, urllib.request
+        def post(url, op, body):
+            req = urllib.request.Request(url + "/v1/" + op, json.dumps(body).encode(),
+                                         {{"Content-Type": "application/json"}})
+            return json.loads(urllib.request.urlopen(req, timeout=5).read())
+        def prefill(url, epoch):
+            return post(url, "prefill", {{"kind": "token_bundle", "contract": "1", "session_id": "a",
+                                          "epoch": epoch, "start_pos": 0, "tokens": [1]}})
+        kind = request["type"]
+        if kind == "init":
+            url = request["stages"][0][0]["url"]
+        if kind == "next_token":
+            prefill(url, 0)
+            time.sleep({pause})
+            reply(request, "next_token_ok", token=prefill(url, 1)["token"])
+        else:
+            if kind == "release":
+                post(url, "release", {{"session_id": "a", "epoch": 1}})
+            reply(request, kind + "_ok")
+        """)
+
+
+def test_a_replay_after_a_silence_no_node_saw_a_call_in_counts_a_failure_inside_the_program(tmp_path):
+    # A call that failed inside the program before it left (its timeout on a starved event loop)
+    # reaches no node; the replay that follows is what the silence it leaves explains.
+    run = run_program_scenario(FakeShardEngine, ONE, _replaying_program(tmp_path, 0.6), settings=QUICK)
+    assert run.failure is None, run.failure
+    assert run.reached["program:silent_failure"] >= 2  # 0.6 s after a call that ended ok: two silences
+
+
+def test_a_replay_with_no_silence_and_no_failure_breaks_the_budget(tmp_path):
+    run = run_program_scenario(FakeShardEngine, ONE, _replaying_program(tmp_path, 0.0), settings=QUICK)
+    assert run.check == "budget" and "made 2 compute calls with 0 failures" in run.failure, run.failure
 
 
 def test_a_release_whose_call_never_left_the_program_is_judged_at_the_end(tmp_path):

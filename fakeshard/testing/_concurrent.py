@@ -502,6 +502,15 @@ class _Runner:
         return (bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
                 + bisect.bisect_right(nemesis, end, key=_at) - bisect.bisect_left(nemesis, start, key=_at))
 
+    def _failures(self, req: _Request) -> int:
+        """``F`` of completed ``req``'s budget: the failures while it was in flight."""
+        assert req.returned is not None
+        return self._faults_between(req.invoked, req.returned) + self._unseen_failures(req)
+
+    def _unseen_failures(self, req: _Request) -> int:
+        """Failures of ``req``'s calls that no node saw (none: the simulation sees every call)."""
+        return 0
+
     def _sent_between(self, sid: str, start: float, end: float) -> list[Call]:
         """The session's calls sent in ``[start, end]``."""
         calls = self.world.by_session.get(sid, [])
@@ -516,7 +525,7 @@ class _Runner:
         raced = op == "next_token" and any(r.op == "release" for r in overlapping)
         if raced:
             self.run.reached["sim:release_raced_token"] += 1
-        faults = self._faults_between(req.invoked, req.returned)
+        faults = self._failures(req)
         if req.outcome == "unanswered":
             self._fail("unanswered", f"{op}({sid!r}) was left unanswered for {self.request_timeout:g} s"
                        + self._unanswered_why(req))

@@ -93,6 +93,9 @@ CONTROL_TIMEOUT = 60.0
 #: Real seconds a request over its budget waits for the nodes to log a caller's hang-up, before
 #: it is judged (the hang-up came before the request's answer; its log entry, a moment later).
 HANGUP_GRACE = 0.05
+#: Real seconds in which none of a session's calls is on a node, within one of its requests, that
+#: count as one failure no node saw (see :meth:`_ProgramRunner._unseen_failures`).
+SILENCE = 0.25
 #: Re-runs a reduction may make (each is a whole real-time run).
 REDUCE_BUDGET = 12
 #: Re-runs of the reduced scenario that measure how often it fails again.
@@ -568,7 +571,7 @@ class _ProgramRunner(_Runner):
         world: _ServedWorld = self.world  # type: ignore[assignment]
         await world.sync()
         if not self._refused_during(req) and self._budget_problem(
-                req, self._overlapping(req), self._faults_between(req.invoked, req.returned)) is not None:
+                req, self._overlapping(req), self._failures(req)) is not None:
             # Over the budget, unless a call was abandoned: the program's own timeout ended its
             # wait for a late answer (on a loaded machine), which the node may log only after
             # the call ended.  The hang-up came before the request's answer; its log, a moment later.
@@ -608,7 +611,31 @@ class _ProgramRunner(_Runner):
             if not any(world.used(n) for n in world.nodes if not n.removed) or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.1)
+        await world.recheck(world.calls)  # the history keeps every hang-up the nodes logged
         self._final()
+
+    def _unseen_failures(self, req: Any) -> int:
+        """Failures inside the program that no node saw, as the silences they leave.
+
+        A call can fail in the program before it leaves it: its own timeout fires while
+        its event loop is starved on a loaded machine, or it waits for a connection; no
+        node logs it, yet the program recovers from it (a retry, a re-route, a replay).
+        Such a failure leaves a silence: a stretch in which none of the session's calls
+        is on any node.  Each silence within the request that came after a call that
+        ended ``ok`` (or from the request's start) and that ended with another call counts
+        one failure for every :data:`SILENCE` seconds it lasted.  A silence after a call
+        that failed, or was abandoned, is that failure's (counted already); one that no
+        call ends is a program that did nothing (not counted).
+        """
+        assert req.returned is not None
+        count, quiet_from, after_ok = 0, req.invoked, True
+        for call in self._sent_between(req.session_id, req.invoked, req.returned):
+            gap = call.sent - quiet_from
+            if after_ok and gap >= SILENCE:
+                count += int(gap // SILENCE)
+            quiet_from = max(quiet_from, math.inf if call.answered is None else call.answered)
+            after_ok = call.outcome == "ok" and not call.abandoned
+        return count
 
     def _check_budget(self, req: Any, overlapping: list[Any], faults: int) -> None:
         """The budget, for a request no refusing node overlapped: a refused connection never
@@ -617,7 +644,18 @@ class _ProgramRunner(_Runner):
         if self._refused_during(req):
             self.run.reached["program:budget_unjudged_refused"] += 1
             return
+        unseen = self._unseen_failures(req)
+        if unseen:
+            self.run.reached["program:silent_failure"] += unseen
         super()._check_budget(req, overlapping, faults)
+
+    def _budget_problem(self, req: Any, overlapping: list[Any], faults: int) -> Optional[str]:
+        problem = super()._budget_problem(req, overlapping, faults)
+        unseen = self._unseen_failures(req) if problem is not None else 0
+        if problem is not None and unseen:
+            problem += (f" ({unseen} of the failures: silences, {SILENCE:g} s each, in which no node had a call "
+                        f"of the session, which a failure inside the program would leave)")
+        return problem
 
     def _unreachable(self, sid: str, start: float, end: float) -> set[int]:
         """The simulation's nodes a release could not be sure to reach, and every node the
