@@ -15,8 +15,9 @@ program, in *real time*, over a served cluster on loopback
   ``reset``), healed, removed and added through the control API;
 * what the nodes were sent is read from the cluster's call log (``GET /v1/calls``),
   so "no call after release", "no call to a node that left" and the budget are
-  judged from what the nodes saw; what a node holds, from ``GET /v1/sessions/{id}``
-  and ``GET /v1/state``;
+  judged from what the nodes saw (a failure inside the program, which no node
+  sees, counts in the budget by the silence it leaves: :data:`SILENCE`); what a
+  node holds, from ``GET /v1/sessions/{id}`` and ``GET /v1/state``;
 * a scenario's seconds are scaled by :data:`SCALE` (a partition of 4 scenario
   seconds lasts one real second), and so are the fault plans' delays and the
   simulation's network hop, which every node is given as its latency (so calls
