@@ -25,7 +25,9 @@ would meet them; the client is this process's ``RemoteShardEngine``.
   figure on aiohttp's server for scale;
 * the wall time of a ``ci`` campaign of the reference coordinator program
   (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
-  skips it).
+  skips it), and the CPU time spent in it by the served nodes (their
+  threads, read from ``/proc``), the rest of the harness, and the programs:
+  whether the nodes are the campaign's bottleneck.
 """
 
 from __future__ import annotations
@@ -110,10 +112,52 @@ def _rss_kib(pid: int) -> int:
     return -1
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The process's own CPU time (user + system), from ``/proc/PID/stat``."""
+def _cpu_seconds(pid: int | str) -> float:
+    """The process's own CPU time (user + system), from ``/proc/PID/stat`` (a thread's, with
+    ``pid`` ``"self/task/TID"``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _ServedNodesCpu:
+    """The CPU time of this process's served clusters: the threads of ``ServerThread`` (named
+    ``fakeshard-server``) and of its nodes' workers (``fakeshard-NODE_0``), each read from
+    ``/proc/self/task/TID/stat`` every ``period`` seconds while the block runs.  A thread's
+    last reading stands for its total, so up to ``period`` of each thread's CPU before it
+    ended is missed (``threads`` says how many there were)."""
+
+    def __init__(self, period: float = 0.05) -> None:
+        self.period = period
+        self._seen: dict[threading.Thread, float] = {}  # by thread: a thread id may be used again
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "_ServedNodesCpu":
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._sampler.join()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._seen.values())
+
+    @property
+    def threads(self) -> int:
+        return len(self._seen)
+
+    def _run(self) -> None:
+        while True:
+            for thread in threading.enumerate():
+                if thread.name.startswith("fakeshard-") and thread.native_id is not None:
+                    try:
+                        self._seen[thread] = _cpu_seconds(f"self/task/{thread.native_id}")
+                    except OSError:  # ended since it was listed
+                        pass
+            if self._stop.wait(self.period):
+                return
 
 
 def _server_cpu_per_call(pid: int, url: str, clients: int, calls: int, body_of) -> float:
@@ -278,10 +322,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         from fakeshard.testing._program import run_program
 
         config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+        times_before = os.times()
         t0 = time.monotonic()
-        run_program(config, f"{sys.executable} -m fakeshard.testing.coordinator_program",
-                    settings=profiles.get("ci"))
+        with _ServedNodesCpu() as nodes_cpu:
+            run_program(config, f"{sys.executable} -m fakeshard.testing.coordinator_program",
+                        settings=profiles.get("ci"))
         campaign_s = time.monotonic() - t0
+        times_after = os.times()
+        harness_cpu_s = (times_after.user + times_after.system - times_before.user - times_before.system
+                         - nodes_cpu.seconds)
+        program_cpu_s = (times_after.children_user + times_after.children_system
+                         - times_before.children_user - times_before.children_system)
 
     figures = {
         "echo_round_trip_us": round(echo_us, 1),
@@ -305,6 +356,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "keepalive_clients": args.keepalive_clients,
         "program_ci_campaign_s": None if campaign_s is None else round(campaign_s, 1),
     }
+    if campaign_s is not None:
+        figures |= {"campaign_nodes_cpu_s": round(nodes_cpu.seconds, 2),
+                    "campaign_nodes_cpu_share": round(nodes_cpu.seconds / campaign_s, 3),
+                    "campaign_harness_cpu_s": round(harness_cpu_s, 2),
+                    "campaign_programs_cpu_s": round(program_cpu_s, 2)}
     print(f"loopback, nodes in a separate `fakeshard serve`; python {platform.python_version()} on "
           f"{platform.machine()}, {os.cpu_count()} cores")
     print(f"  echo round trip (same stack)            {echo_us:9.1f} us")
@@ -322,7 +378,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"  server CPU per echo on aiohttp's server (for scale)          {aiohttp_cpu_us:7.1f} us   "
           f"{aiohttp_cpu_us / echo_cpu_us:5.2f}x the nodes' stack")
     if campaign_s is not None:
-        print(f"  ci campaign of the reference coordinator program   {campaign_s:7.1f} s")
+        print(f"  ci campaign of the reference coordinator program   {campaign_s:7.1f} s wall, of which CPU:")
+        print(f"    served nodes ({nodes_cpu.threads} threads of clusters and workers) {nodes_cpu.seconds:7.2f} s   "
+              f"{nodes_cpu.seconds / campaign_s:6.1%} of the wall time")
+        print(f"    the harness's other threads                 {harness_cpu_s:7.2f} s")
+        print(f"    the coordinator programs                    {program_cpu_s:7.2f} s")
     print(json.dumps(figures))
     return figures
 
