@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import site
 import subprocess
@@ -160,3 +161,17 @@ def test_check_and_replay_a_coordinator_from_the_wheel(venv, project):
     fixed = _run([str(venv), "-m", "fakeshard", "replay", str(traces[0]), "--coordinator",
                   "mypkg.fakeshard_adapter:make"], cwd=project)
     assert fixed.returncode == 0 and "passes" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_check_a_coordinator_program_from_the_wheel(venv, project):
+    """The program machine from the wheel: nodes served on loopback and the kit's reference
+    program (shipped in the wheel) under test, by the command line and by the pytest plugin."""
+    program = f"{shlex.quote(str(venv))} -m fakeshard.testing.coordinator_program"
+    ok = _run([str(venv), "-m", "fakeshard", "check", "--coordinator-cmd", program, "--profile", "dev",
+               "--examples", "2", "--seed", "0"], cwd=project)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"^program\s+\d+\s+\d+.*passed$", ok.stdout, flags=re.M), ok.stdout
+    plugin = _run([str(venv), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "fakeshard.testing.suite",
+                   "-k", "program", "--coordinator-cmd", program], cwd=project, FAKESHARD_PROFILE="dev",
+                  FAKESHARD_MAX_EXAMPLES="2")
+    assert plugin.returncode == 0 and "1 passed" in plugin.stdout, plugin.stdout + plugin.stderr
