@@ -648,15 +648,12 @@ class _ProgramRunner(_Runner):
         unseen = self._unseen_failures(req)
         if unseen:
             self.run.reached["program:silent_failure"] += unseen
-        super()._check_budget(req, overlapping, faults)
-
-    def _budget_problem(self, req: Any, overlapping: list[Any], faults: int) -> Optional[str]:
-        problem = super()._budget_problem(req, overlapping, faults)
-        unseen = self._unseen_failures(req) if problem is not None else 0
-        if problem is not None and unseen:
-            problem += (f" ({unseen} of the failures: silences, {SILENCE:g} s each, in which no node had a call "
-                        f"of the session, which a failure inside the program would leave)")
-        return problem
+        problem = self._budget_problem(req, overlapping, faults)
+        if problem is not None:
+            if unseen:
+                problem += (f" ({unseen} of the failures: silences, {SILENCE:g} s each, in which no node had a "
+                            f"call of the session, which a failure inside the program would leave)")
+            self._fail("budget", problem)
 
     def _unreachable(self, sid: str, start: float, end: float) -> set[int]:
         """The simulation's nodes a release could not be sure to reach, and every node the
