@@ -276,12 +276,16 @@ class CancelsInFlightOnRelease(AsyncCoordinator):
         await super().release(session_id)
 
 
+def _ci_campaign(coordinator: type):
+    """A ``ci`` campaign of the concurrent machine with ``coordinator``, a class of this module."""
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine", coordinator=coordinator,
+                                       coordinator_name=f"tests.test_concurrent:{coordinator.__name__}")
+    return run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
+
+
 @pytest.mark.slow
 def test_a_release_that_cancels_the_call_in_flight_passes_a_ci_campaign():
-    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
-                                       coordinator=CancelsInFlightOnRelease,
-                                       coordinator_name="tests.test_concurrent:CancelsInFlightOnRelease")
-    total = run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
+    total = _ci_campaign(CancelsInFlightOnRelease)
     assert total.reached["sim:release_raced_token"] and total.failure is None
 
 
@@ -300,10 +304,7 @@ class CleansUpAfterFailures(AsyncCoordinator):
 
 @pytest.mark.slow
 def test_a_coordinator_that_cancels_what_a_failed_attempt_left_passes_a_ci_campaign():
-    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
-                                       coordinator=CleansUpAfterFailures,
-                                       coordinator_name="tests.test_concurrent:CleansUpAfterFailures")
-    total = run_concurrent(config, settings=profiles.get("ci"), save_dir=None)
+    total = _ci_campaign(CleansUpAfterFailures)
     # It met failures and sent its cancels into them (a cancel a fault answered is one it sent).
     assert total.failure is None and total.reached["sim:replay_new_epoch"]
     assert any(key.startswith("sim:fault:") and key.endswith(":cancel") for key in total.reached)

@@ -87,8 +87,8 @@ class AsyncCoordinator:
     after timeouts); on any failure the epoch goes up and the history is replayed from
     position 0; a node that answered ``EngineCrashed`` is restarted; releases that
     cannot land are retried in the background until they do; :meth:`on_nodes_changed`
-    re-routes sessions off nodes that left.  A request gives up (``GaveUp``) after :data:`MAX_ATTEMPTS` failed
-    attempts.  Subclass it to vary one choice and keep the rest.
+    re-routes sessions off nodes that left.  A request gives up (``GaveUp``) after
+    :data:`MAX_ATTEMPTS` failed attempts.  Subclass it to vary one choice and keep the rest.
     """
 
     def __init__(self, stages: Sequence[Sequence[Any]], *, clock: Any = None) -> None:
