@@ -381,8 +381,11 @@ def test_every_planted_program_is_listed():
 def test_a_planted_program_is_caught_under_ci(name, tmp_path):
     if name.endswith(".mjs") and NODE is None:
         pytest.skip("needs node (Node.js 18 or later) on PATH")
+    # A request the program never answers waits out the request timeout in the search and in
+    # each confirming re-run: 10 s (not the default 30) keeps that test short, and catches the same.
+    program = ProgramSettings(request_timeout=10.0) if PLANTED_PROGRAMS[name] == ("unanswered",) else ProgramSettings()
     with pytest.raises(ConcurrentFailure) as caught:
-        _campaign(_planted(name), tmp_path, reduce_failure=False)
+        _campaign(_planted(name), tmp_path, reduce_failure=False, program=program)
     trace = caught.value.trace
     assert trace is not None and trace.machine == "program"
     assert trace.config["check"] in PLANTED_PROGRAMS[name], str(caught.value)
