@@ -249,6 +249,18 @@ def test_fakeshard_replay_prints_the_timeline_and_says_the_history_is_the_same(t
     assert "NOT the saved history" in fixed.stdout and "passes on" in fixed.stdout
 
 
+def test_check_reports_a_concurrent_failure_once(tmp_path):
+    cmd = [sys.executable, "-m", "fakeshard", "check", "--machines", "concurrent",
+           "--coordinator", "planted.async_coordinators:releases_only_at_tail",
+           "--profile", "dev", "--seed", "0", "--out", str(tmp_path / "out"),
+           "--traces", str(tmp_path / "traces")]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1, result.stdout + result.stderr
+    # The failure is the test's own, not an error raised while handling another one.
+    assert result.stdout.count("was released, but node") == 1, result.stdout
+    assert "During handling" not in result.stdout
+
+
 # -- every rule has a sound design that passes it ----------------------------------------------------
 
 class CancelsInFlightOnRelease(AsyncCoordinator):

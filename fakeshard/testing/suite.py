@@ -140,18 +140,20 @@ def _many_sessions(request, engine_factory, engine_factory_name, machine, campai
     config = MachineConfig.for_factory(engine_factory, engine_factory_name,
                                        on_step=reporter.tick if reporter else None, **config_kwargs)
     before = probes.reached.copy()
-    failed, notes = True, []
+    failed, notes, failure = True, [], None
     try:
         total = campaign(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
                          availability=request.config.getoption("--availability"))
         failed = False
         notes = total.notes()
     except ConcurrentFailure as exc:
-        pytest.fail(str(exc), pytrace=False)
+        failure = str(exc)
     finally:
         if reporter is not None:
             reporter.finish(config, probes.reached - before, failed, config.saved, run.classes[engine_factory_name],
                             notes)
+    if failure is not None:  # failed outside the handler: the report says it once, not chained to itself
+        pytest.fail(failure, pytrace=False)
     assert config.runs > 0 and total.next_requests > 0
 
 
