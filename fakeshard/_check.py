@@ -172,14 +172,11 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     if PROGRAM_MACHINE in options.machines and not options.coordinator_cmd:
         raise CheckError("the program machine runs a coordinator program: give it with --coordinator-cmd")
     if options.coordinator_cmd is not None:
-        import shlex
+        from fakeshard.testing._program import command_problem
 
-        try:
-            argv = shlex.split(options.coordinator_cmd)
-        except ValueError as exc:
-            raise CheckError(f"--coordinator-cmd cannot be read as a command line: {exc}") from None
-        if not argv:
-            raise CheckError("--coordinator-cmd is empty: give the program and its arguments")
+        problem = command_problem(options.coordinator_cmd)
+        if problem is not None:
+            raise CheckError(problem)
     for name in ("examples", "steps"):
         value = getattr(options, name)
         if value is not None and value < 1:

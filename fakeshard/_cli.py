@@ -196,6 +196,12 @@ def _replay(args: argparse.Namespace) -> int:
             load_coordinator(args.coordinator)
         except CoordinatorError as exc:
             raise _Fail(str(exc)) from None
+    if args.coordinator_cmd is not None:
+        from fakeshard.testing._program import command_problem
+
+        problem = command_problem(args.coordinator_cmd)
+        if problem is not None:
+            raise _Fail(problem)
     if args.html is not None and len(args.traces) != 1:
         raise _Fail(f"--html writes one trace's timeline; {len(args.traces)} traces were given")
     traces = []

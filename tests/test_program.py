@@ -571,6 +571,28 @@ def test_check_refuses_an_empty_program(capsys):
     assert "empty" in capsys.readouterr().err
 
 
+def test_check_and_replay_refuse_a_program_that_cannot_be_run(tmp_path, capsys):
+    script = tmp_path / "coordinator.mjs"
+    script.write_text("// not executable\n")
+    missing = f"{tmp_path.name}-no-such-program --flag"
+    assert cli(["check", "--coordinator-cmd", missing]) == 2
+    assert f"the program '{tmp_path.name}-no-such-program' is not found on PATH" in capsys.readouterr().err
+    assert cli(["check", "--coordinator-cmd", f"{script} --flag"]) == 2
+    assert f"the program '{script}' is not an executable file" in capsys.readouterr().err
+    trace = tmp_path / "trace.json"
+    trace.write_text("{}")  # the command is refused before any trace is read
+    assert cli(["replay", str(trace), "--coordinator-cmd", missing]) == 2
+    assert "is not found on PATH" in capsys.readouterr().err
+    assert not list(tmp_path.glob("program-*"))
+
+
+def test_the_plugin_refuses_a_program_that_cannot_be_run(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--coordinator-cmd", "no-such-program-xyz", "--co", "-q",
+                           "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "the program 'no-such-program-xyz' is not found on PATH" in done.stderr + done.stdout
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_check_refuses_a_request_timeout_that_is_no_number_of_seconds(value, capsys):
     assert cli(["check", "--coordinator-cmd", REFERENCE, "--request-timeout", value]) == 2

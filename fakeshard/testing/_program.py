@@ -77,6 +77,22 @@ def request_timeout_problem(seconds: Optional[float]) -> Optional[str]:
         return f"--request-timeout is a number of seconds above 0, got {seconds}"
     return None
 
+def command_problem(command: str) -> Optional[str]:
+    """What is wrong with ``command`` as ``--coordinator-cmd`` (``None``: nothing): a command
+    line that cannot be read, one that is empty, or one whose program cannot be run (it is
+    started without a shell, so its first word is a file, or a name found on ``PATH``)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        return f"--coordinator-cmd cannot be read as a command line: {exc}"
+    if not argv:
+        return "--coordinator-cmd is empty: give the program and its arguments"
+    if shutil.which(argv[0]) is None:
+        where = "is not an executable file" if os.sep in argv[0] else "is not found on PATH"
+        return f"--coordinator-cmd: the program {argv[0]!r} {where}"
+    return None
+
+
 #: Real seconds the harness waits, after the workload and the nemesis, for the nodes to empty.
 SETTLE = 5.0
 #: Real seconds a node that left keeps serving (and logging) after the program was told, before it stops.

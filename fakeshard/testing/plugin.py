@@ -122,10 +122,10 @@ def pytest_configure(config: pytest.Config) -> None:
     coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
     program = config.getoption("--coordinator-cmd") or os.environ.get(PROGRAM_ENV_VAR) or None
     timeout = config.getoption("--request-timeout")
-    if timeout is not None:
-        from fakeshard.testing._program import request_timeout_problem
+    if timeout is not None or program is not None:
+        from fakeshard.testing._program import command_problem, request_timeout_problem
 
-        problem = request_timeout_problem(timeout)
+        problem = request_timeout_problem(timeout) or (command_problem(program) if program is not None else None)
         if problem is not None:
             raise pytest.UsageError(problem)
     config.stash[RUN] = KitRun(factories, classes, coordinator, program)
