@@ -269,7 +269,7 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
 
 
 def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any]:
-    totals: dict[str, float] = {"runs": 0, "steps": 0, "failures": 0}
+    totals: dict[str, float] = {"runs": 0, "steps": 0, "failures": 0, "reruns": 0}
     for path in (out / "campaign").glob("*.progress.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -286,8 +286,10 @@ def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any
 def _bar(p: dict[str, Any], width: int = 24) -> str:
     done = min(p["runs"] / max(p["target"], 1), 1.0)
     filled = int(done * width)
+    # A failure found in real time is re-run (reduced, then confirmed) before it is reported.
+    reruns = f", {p['reruns']} re-runs of a failure found" if p.get("reruns") else ""
     return (f"[{'#' * filled}{'-' * (width - filled)}] {p['runs']} examples, {p['steps']} steps, "
-            f"{p['failures']} failures, {p['elapsed']:.0f}s")
+            f"{p['failures']} failures{reruns}, {p['elapsed']:.0f}s")
 
 
 def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> CheckResult:

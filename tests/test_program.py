@@ -34,7 +34,7 @@ from fakeshard.server._thread import ServerThread
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._concurrent import Client, ConcurrentFailure, Round, Scenario
 from fakeshard.testing._machines import MachineConfig
-from fakeshard.testing._program import ProgramSettings, run_program, run_program_scenario
+from fakeshard.testing._program import CONFIRM_RUNS, ProgramSettings, run_program, run_program_scenario
 from fakeshard.testing._sim import Nemesis
 from tests.support import raw_post
 
@@ -127,6 +127,29 @@ def test_a_program_that_exits_fails_the_run_and_its_log_is_quoted(tmp_path):
     run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK, log=tmp_path / "program.log")
     assert run.check == "exited"
     assert "status 3" in run.failure and "no route to any node" in run.failure
+
+
+def test_the_re_runs_of_a_failure_found_are_counted_as_they_happen(tmp_path):
+    from fakeshard._check import _bar
+
+    cmd = python_program(tmp_path, """\
+        if request["type"] == "init":
+            reply(request, "init_ok")
+        else:
+            sys.exit(3)
+        """)
+    seen = []
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine",
+                                       on_step=lambda c: seen.append((c.reruns, len(c.failures))))
+    with pytest.raises(ConcurrentFailure) as caught:
+        run_program(config, cmd, settings=profiles.get("ci"), save_dir=tmp_path, reduce_failure=True)
+    reduced = int(caught.value.trace.note.split("re-ran ")[1].split()[0])
+    assert config.reruns == reduced + CONFIRM_RUNS
+    # Each re-run is seen by the progress display as it ends, before the failure is reported.
+    assert [n for n, failures in seen if n and not failures] == list(range(1, config.reruns + 1))
+    progress = {"runs": 1, "target": 20, "steps": 0, "failures": 0, "reruns": config.reruns, "elapsed": 3.0}
+    assert f"{config.reruns} re-runs of a failure found" in _bar(progress)
+    assert "re-runs" not in _bar({**progress, "reruns": 0})
 
 
 def test_a_program_that_cannot_start_is_reported(tmp_path):

@@ -73,6 +73,9 @@ class MachineConfig:
     failures: list[Trace] = field(default_factory=list)
     #: Called after every step (progress display); ``None`` for none.
     on_step: Optional[Callable[["MachineConfig"], None]] = None
+    #: Re-runs of a failure found made so far (the program machine reduces and confirms a
+    #: failure by running it again, in real time); the progress display says so.
+    reruns: int = 0
     #: Paths of the traces saved for failures.
     saved: list[str] = field(default_factory=list)
     #: The coordinator machine's coordinator: its factory (``None``: import it by name) and

@@ -836,9 +836,18 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
         reduce_failure = profiles.reduces_failures()
     tried = [0, 0]
 
+    def rerun(candidate: Scenario) -> Run:
+        """A run of the failure found, or of a candidate reduction: seconds each, so counted
+        where the progress display sees them."""
+        run = once(candidate)
+        config.reruns += 1
+        if config.on_step is not None:
+            config.on_step(config)
+        return run
+
     def fails(candidate: Scenario) -> bool:
         tried[0] += 1
-        again = once(candidate).check == check
+        again = rerun(candidate).check == check
         tried[1] += again
         return again
 
@@ -846,7 +855,7 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
         scenario = reduce(scenario, fails, budget=REDUCE_BUDGET)
     confirm = []
     for _ in range(CONFIRM_RUNS):
-        confirm.append((once(scenario), last_log[0]))
+        confirm.append((rerun(scenario), last_log[0]))
     again = [(r, path) for r, path in confirm if r.check == check]
     run, log = again[0] if again else (run, last_log[0])
     note = (f"real time: the reduced scenario failed {check} again in {len(again)} of {CONFIRM_RUNS} re-runs"
