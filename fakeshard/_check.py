@@ -277,10 +277,24 @@ def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any
             continue  # being written
         for key in totals:
             totals[key] += int(data.get(key, 0))
-    per_machine = options.examples or _PROFILE_EXAMPLES[options.profile]
-    totals["target"] = per_machine * len(options.machines)
+    totals["target"] = sum(_examples_of(machine, options) for machine in options.machines)
     totals["elapsed"] = time.monotonic() - started
     return totals
+
+
+def _examples_of(machine: str, options: CheckOptions) -> int:
+    """The examples ``machine`` runs in the campaign ``options`` asks for (a campaign of many
+    sessions runs fewer, each a whole scenario): the progress bar's share of it."""
+    examples = options.examples or _PROFILE_EXAMPLES[options.profile]
+    if machine == "concurrent":
+        from fakeshard.testing._concurrent import scenarios_for
+
+        return scenarios_for(examples)
+    if machine == PROGRAM_MACHINE:
+        from fakeshard.testing._program import program_scenarios_for
+
+        return program_scenarios_for(examples)
+    return examples
 
 
 def _bar(p: dict[str, Any], width: int = 24) -> str:

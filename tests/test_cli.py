@@ -166,3 +166,20 @@ def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkey
         # the same campaign cut short is not held to the probes
         assert main(["check", "--examples", "3"]) == 0, name
         capsys.readouterr()
+
+
+@pytest.mark.parametrize("machines, runs", [(("program",), 20), (("concurrent",), 100), (("sessions", "program"), 520)])
+def test_the_progress_bar_of_a_finished_ci_campaign_is_full(tmp_path, machines, runs):
+    # A ci campaign runs 500 examples of an engine machine, 100 scenarios of the concurrent
+    # machine and 20 of the program machine (docs/contract.md): each is its whole share.
+    import json
+    import time
+
+    from fakeshard._check import CheckOptions, _bar, _progress
+
+    (tmp_path / "campaign").mkdir()
+    (tmp_path / "campaign" / "m.progress.json").write_text(json.dumps({"runs": runs - 1, "steps": 0, "failures": 0}))
+    almost = _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
+    (tmp_path / "campaign" / "m.progress.json").write_text(json.dumps({"runs": runs, "steps": 0, "failures": 0}))
+    done = _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
+    assert done.startswith("[" + "#" * 24 + "]") and not almost.startswith("[" + "#" * 24 + "]")

@@ -850,7 +850,12 @@ DEFAULT_ASYNC_COORDINATOR = "fakeshard.testing._async_coordinator:reference_asyn
 def examples_for(settings: Any) -> int:
     """Scenarios per campaign: a fifth of the profile's examples (a scenario is a whole run of
     many sessions), at least four."""
-    return max(settings.max_examples // 5, 4)
+    return scenarios_for(settings.max_examples)
+
+
+def scenarios_for(max_examples: int) -> int:
+    """:func:`examples_for` of a profile of ``max_examples`` examples."""
+    return max(max_examples // 5, 4)
 
 
 def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, seed: Optional[int] = None,

@@ -761,7 +761,12 @@ def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str,
 def program_examples(settings: Any) -> int:
     """Scenarios per campaign of a program: a twenty-fifth of the profile's examples (each is a
     whole run in real time: ``ci`` runs 20), at least four."""
-    return max(settings.max_examples // 25, 4)
+    return program_scenarios_for(settings.max_examples)
+
+
+def program_scenarios_for(max_examples: int) -> int:
+    """:func:`program_examples` of a profile of ``max_examples`` examples."""
+    return max(max_examples // 25, 4)
 
 
 def run_program(config: Any, command: str, *, settings: Any = None, program: ProgramSettings = ProgramSettings(),
