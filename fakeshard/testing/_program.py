@@ -598,11 +598,11 @@ class _ProgramRunner(_Runner):
             await world.look(req.session_id)
 
     async def _main(self, loop: asyncio.AbstractEventLoop, control: str) -> None:  # type: ignore[override]
-        import httpx
+        from fakeshard.testing._http import OriginClients
 
         assert isinstance(loop, _RealTimeLoop)
         sc = self.scenario
-        self.http = httpx.AsyncClient(timeout=CONTROL_TIMEOUT, limits=httpx.Limits(max_connections=64))
+        self.http = OriginClients(timeout=CONTROL_TIMEOUT, max_connections=64)
         self.world = _ServedWorld(loop, control, self.http, self.spec, sc, self.settings.scale)  # type: ignore[assignment]
         world: _ServedWorld = self.world  # type: ignore[assignment]
         await world.open()

@@ -25,6 +25,7 @@ import httpx
 from fakeshard import EngineCrashed, ShardError, ShardSpec, wire
 from fakeshard.remote._engine import error_of, transport_error
 from fakeshard.testing._async_coordinator import MAX_STRETCH, AsyncCoordinator
+from fakeshard.testing._http import OriginClients
 from fakeshard.testing._reference_coordinator import GaveUp
 
 __all__ = ["CoordinatorProgram", "HttpNode", "main"]
@@ -38,7 +39,7 @@ class HttpNode:
     error (an answer no engine gives, such as a node that is gone, is ``EngineCrashed``).
     """
 
-    def __init__(self, client: httpx.AsyncClient, control: str, address: dict[str, Any], spec: ShardSpec) -> None:
+    def __init__(self, client: OriginClients, control: str, address: dict[str, Any], spec: ShardSpec) -> None:
         self._client, self._control = client, control
         self.name: str = address["name"]
         self.url: str = address["url"]
@@ -105,8 +106,7 @@ class CoordinatorProgram:
 
     def __init__(self, call_timeout: float, out: Any, coordinator: type[AsyncCoordinator] = AsyncCoordinator) -> None:
         self.call_timeout, self.out, self.coordinator_class = call_timeout, out, coordinator
-        self.client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256,
-                                                                          max_keepalive_connections=256))
+        self.client = OriginClients(timeout=None, max_connections=256)
         self.control = ""
         self.nodes: dict[str, HttpNode] = {}
         self.coordinator: Optional[AsyncCoordinator] = None
