@@ -87,6 +87,17 @@ def test_the_reference_program_passes_a_small_run_and_speaks_the_schemas():
     assert all(c["sent"] >= 0 for c in run.calls)
 
 
+def test_the_reference_program_reads_its_requests_from_a_file_too(tmp_path):
+    # Run by hand (< requests.jsonl): a file is no pipe the event loop can watch.
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"type": "start", "msg_id": 1, "session_id": "a", "prompt": [1]}) + "\n")
+    with open(requests, "rb") as stdin:
+        done = subprocess.run(shlex.split(REFERENCE), stdin=stdin, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"type": "error", "code": "failed", "message": "ValueError: start before init",
+                                       "in_reply_to": 1}
+
+
 def test_a_line_that_is_not_json_fails_the_run_as_a_protocol_error(tmp_path):
     cmd = python_program(tmp_path, """\
         if request["type"] == "init":

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import os
+import stat
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Awaitable, Callable, Optional, Sequence
 from urllib.parse import quote
 
 import httpx
@@ -166,12 +169,11 @@ async def serve(call_timeout: float, stdin: Any = None, out: Any = None,
     """Answer the requests on ``stdin`` (default: standard input) until it closes, with a
     ``coordinator`` (a subclass of :class:`AsyncCoordinator`, to try a variant)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin)
+    readline = await _line_reader(loop, stdin or sys.stdin)
     program = CoordinatorProgram(call_timeout, out or sys.stdout, coordinator)
     tasks: set[asyncio.Task[None]] = set()
     while True:
-        line = await reader.readline()
+        line = await readline()
         if not line:
             break
         if not line.strip():
@@ -183,6 +185,19 @@ async def serve(call_timeout: float, stdin: Any = None, out: Any = None,
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     await program.client.aclose()
+
+
+async def _line_reader(loop: asyncio.AbstractEventLoop, stdin: Any) -> Callable[[], Awaitable[bytes]]:
+    """``readline`` of ``stdin``: on the event loop for a pipe or a socket (as the harness runs
+    the program), in a thread for what the loop cannot watch (a file, ``/dev/null``, a terminal:
+    the program run by hand, as in ``< requests.jsonl``)."""
+    mode = os.fstat(stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+        return reader.readline
+    source = getattr(stdin, "buffer", stdin)
+    return functools.partial(loop.run_in_executor, None, source.readline)
 
 
 def main(argv: Optional[list[str]] = None, coordinator: type[AsyncCoordinator] = AsyncCoordinator) -> int:
