@@ -360,6 +360,9 @@ class _ServedWorld(NemesisWorld):
         #: The call log's numbers of the calls not ended yet.
         self._pending: set[int] = set()
         self._cursor = 0
+        #: The read of the call log the callers of :meth:`sync` wait for next (``None``: none asked).
+        self._next_read: Optional[asyncio.Future[None]] = None
+        self._reading = False
         self._names: dict[str, int] = {}
         self._views: dict[tuple[int, str], Optional[_View]] = {}
         self._used: dict[int, int] = {}
@@ -428,7 +431,43 @@ class _ServedWorld(NemesisWorld):
         return None if t is None else round(float(t) - self.loop.origin, 6)
 
     async def sync(self) -> None:
-        """Read the call log from the first call not yet ended; hand each call that ended to ``on_call``."""
+        """Read the call log from the first call not yet ended; hand each call that ended to ``on_call``.
+
+        Callers share reads: each waits for a read sent after it called, so the
+        log it sees holds every call logged before it called.  With many sessions
+        in flight, many requests end at once, and one read serves them all (each
+        read alone was most of the harness's HTTP calls).
+        """
+        if self._next_read is None:
+            self._next_read = self.loop.create_future()
+        waiting = self._next_read
+        if not self._reading:
+            self._reading = True
+            task = self.loop.create_task(self._read_log())
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+        await asyncio.shield(waiting)
+
+    async def _read_log(self) -> None:
+        """Read the log for the callers waiting, again while more came during a read."""
+        waiting: Optional[asyncio.Future[None]] = None
+        try:
+            while self._next_read is not None:
+                waiting, self._next_read = self._next_read, None
+                try:
+                    await self._read_log_once()
+                except Exception as exc:
+                    waiting.set_exception(exc)
+                else:
+                    waiting.set_result(None)
+        finally:
+            self._reading = False
+            for left in (waiting, self._next_read):  # cancelled mid-read: so are its callers
+                if left is not None and not left.done():
+                    left.cancel()
+            self._next_read = None
+
+    async def _read_log_once(self) -> None:
         response = await self._control("GET", f"/v1/calls?since={self._cursor}")
         log = response.json()
         for e in log["calls"]:
