@@ -77,6 +77,7 @@ def request_timeout_problem(seconds: Optional[float]) -> Optional[str]:
         return f"--request-timeout is a number of seconds above 0, got {seconds}"
     return None
 
+
 def command_problem(command: str) -> Optional[str]:
     """What is wrong with ``command`` as ``--coordinator-cmd`` (``None``: nothing): a command
     line that cannot be read, one that is empty, or one whose program cannot be run (it is
