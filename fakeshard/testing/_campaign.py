@@ -107,7 +107,7 @@ class Reporter:
         self._last = now
         self._write(self.progress_path, {"machine": self.machine, "runs": config.runs,
                                          "steps": config.steps, "failures": len(config.failures),
-                                         "reruns": getattr(config, "reruns", 0), "elapsed": now - self.started})
+                                         "reruns": config.reruns, "elapsed": now - self.started})
 
     def finish(self, config: Any, reached: Counter[str], failed: bool, traces: list[str],
                evidence_class: str, notes: Optional[list[str]] = None) -> None:

@@ -83,11 +83,9 @@ def command_problem(command: str) -> Optional[str]:
     line that cannot be read, one that is empty, or one whose program cannot be run (it is
     started without a shell, so its first word is a file, or a name found on ``PATH``)."""
     try:
-        argv = shlex.split(command)
+        argv = _argv(command)
     except ValueError as exc:
-        return f"--coordinator-cmd cannot be read as a command line: {exc}"
-    if not argv:
-        return "--coordinator-cmd is empty: give the program and its arguments"
+        return str(exc)
     if shutil.which(argv[0]) is None:
         where = "is not an executable file" if os.sep in argv[0] else "is not found on PATH"
         return f"--coordinator-cmd: the program {argv[0]!r} {where}"
@@ -768,7 +766,10 @@ class _ProgramRunner(_Runner):
 
 
 def _argv(command: str) -> list[str]:
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"--coordinator-cmd cannot be read as a command line: {exc}") from None
     if not argv:
         raise ValueError("--coordinator-cmd is empty: give the program and its arguments")
     return argv
