@@ -140,6 +140,58 @@ def test_a_program_that_exits_fails_the_run_and_its_log_is_quoted(tmp_path):
     assert "status 3" in run.failure and "no route to any node" in run.failure
 
 
+def _exits_after_init(tmp_path: Path) -> str:
+    return python_program(tmp_path, """\
+        if request["type"] == "init":
+            reply(request, "init_ok")
+        else:
+            sys.stderr.write("no route to any node\\n")
+            sys.exit(3)
+        """)
+
+
+def test_a_run_without_a_log_path_leaves_no_file_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cmd = _exits_after_init(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
+    assert run.check == "exited" and "no route to any node" in run.failure
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_campaign_failure_names_the_saved_log_and_no_file_it_removed(tmp_path):
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    with pytest.raises(ConcurrentFailure) as caught:
+        run_program(config, _exits_after_init(tmp_path), settings=profiles.get("ci"), save_dir=tmp_path / "traces",
+                    reduce_failure=False)
+    (saved,) = (tmp_path / "traces").glob("program-*.json")
+    log = saved.with_suffix(".log")
+    assert "no route to any node" in log.read_text()
+    message = str(caught.value)
+    assert f"the program's log of that run to {log}" in message
+    # The failure quotes the end of the log, and names no path of the campaign's scratch folder.
+    assert "its log ends:\n    no route to any node" in message
+    assert "fakeshard-program-" not in message and "fakeshard-program-" not in caught.value.trace.failure
+
+
+def test_a_replay_says_where_the_program_log_of_its_run_is(tmp_path, capsys):
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    with pytest.raises(ConcurrentFailure):
+        run_program(config, _exits_after_init(tmp_path), settings=profiles.get("ci"), save_dir=tmp_path,
+                    reduce_failure=False)
+    (saved,) = tmp_path.glob("program-*.json")
+    assert cli(["replay", str(saved)]) == 1
+    out = capsys.readouterr().out
+    log = Path(out.split("the program's log of this run: ", 1)[1].splitlines()[0])
+    try:
+        assert "no route to any node" in log.read_text()
+    finally:
+        log.unlink()
+
+
 def test_the_re_runs_of_a_failure_found_are_counted_as_they_happen(tmp_path):
     from fakeshard._check import _bar
 

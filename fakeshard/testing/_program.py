@@ -177,8 +177,10 @@ class _Program:
     def _broke(self, check: str, message: str) -> None:
         if self.broken is None:
             tail = self.log_tail()
-            self.broken = CoordinatorBroke(check, message + (f"; its log ({self.log}) ends:\n{tail}" if tail else
-                                                             f"; its log ({self.log}) is empty"))
+            # The log is named by whoever keeps it (a campaign saves it beside the trace; a
+            # replay says where it is): here, its last lines.
+            self.broken = CoordinatorBroke(check, message + (f"; its log ends:\n{tail}" if tail else
+                                                             "; its log is empty"))
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(self.broken)
@@ -780,14 +782,16 @@ def run_program_scenario(factory: Callable[..., Any], scenario: Scenario, comman
                          tolerance: float = 0.0, transcript: Optional[list[dict[str, Any]]] = None) -> Run:
     """Run ``scenario`` against the coordinator program ``command`` (a shell-quoted command
     line) over nodes from ``factory`` served on loopback; the run, ``failure`` set at the first
-    broken check.  The program's standard error goes to ``log`` (else a temporary file); every
-    request and answer, to ``transcript`` if given."""
-    if log is None:
-        fd, name = tempfile.mkstemp(prefix="fakeshard-program-", suffix=".log")
-        os.close(fd)
-        log = Path(name)
-    return _ProgramRunner(factory, scenario, _argv(command), settings=settings, log=log, tolerance=tolerance,
-                          transcript=transcript).go()
+    broken check (quoting the end of the program's log).  The program's standard error goes
+    to ``log``, else to a temporary file removed after the run; every request and answer, to
+    ``transcript`` if given."""
+    argv = _argv(command)
+    if log is not None:
+        return _ProgramRunner(factory, scenario, argv, settings=settings, log=log, tolerance=tolerance,
+                              transcript=transcript).go()
+    with tempfile.TemporaryDirectory(prefix="fakeshard-program-") as logs:
+        return _ProgramRunner(factory, scenario, argv, settings=settings, log=Path(logs) / "program.log",
+                              tolerance=tolerance, transcript=transcript).go()
 
 
 def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str, settings: ProgramSettings,
@@ -925,10 +929,12 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
 
 @dataclass
 class Replayed:
-    """A program trace run again: the new run, and whether it broke the same check."""
+    """A program trace run again: the new run, whether it broke the same check, and the
+    program's log of the run (a file the caller may keep or remove)."""
 
     run: Run
     same_check: bool
+    log: Optional[Path] = None
 
 
 def replay_program(trace: Trace, factory: Callable[..., Any], command: Optional[str] = None,
@@ -938,5 +944,7 @@ def replay_program(trace: Trace, factory: Callable[..., Any], command: Optional[
     scenario = Scenario.from_dict(trace.config["scenario"])
     settings = ProgramSettings(**trace.config.get("settings", {}))
     command = command or trace.config["coordinator_cmd"]
-    run = run_program_scenario(factory, scenario, command, settings=settings, tolerance=tolerance)
-    return Replayed(run, run.check == trace.config.get("check"))
+    fd, name = tempfile.mkstemp(prefix="fakeshard-program-", suffix=".log")
+    os.close(fd)
+    run = run_program_scenario(factory, scenario, command, settings=settings, tolerance=tolerance, log=Path(name))
+    return Replayed(run, run.check == trace.config.get("check"), Path(name))
