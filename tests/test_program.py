@@ -150,6 +150,49 @@ def _exits_after_init(tmp_path: Path) -> str:
         """)
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie no longer does: its parent may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or shutil.which("sh") is None,
+                    reason="reads /proc, runs sh")
+def test_a_program_that_started_a_process_is_ended_with_it_and_the_run_ends(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent(f"""\
+        import json, os, sys, time
+        open({str(pidfile)!r}, "w").write(str(os.getpid()))
+        request = json.loads(sys.stdin.readline())
+        print(json.dumps({{"type": "init_ok", "in_reply_to": request["msg_id"]}}), flush=True)
+        time.sleep(600)  # deaf from here on, to its input's end too
+        """))
+    # A wrapper that is no simple command, so the shell runs the program as its child; the
+    # child holds the wrapper's output open after the wrapper is killed.
+    inner = f"{shlex.quote(sys.executable)} {shlex.quote(str(child))}; echo wrapper done >&2"
+    cmd = f"sh -c {shlex.quote(inner)}"
+    script = textwrap.dedent(f"""\
+        from fakeshard import FakeShardEngine
+        from fakeshard.testing._program import ProgramSettings, run_program_scenario
+        from tests.test_program import ONE
+        run = run_program_scenario(FakeShardEngine, ONE, {cmd!r},
+                                   settings=ProgramSettings(request_timeout=1.0, settle=1.0))
+        print(run.check)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "unanswered"
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid), "the program's child outlived the run"
+
+
 def test_a_run_without_a_log_path_leaves_no_file_behind(tmp_path, monkeypatch):
     import tempfile
 

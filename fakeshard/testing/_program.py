@@ -39,6 +39,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -139,6 +140,18 @@ class ProgramFailed(Exception):
 
 # -- the program -------------------------------------------------------------------------------
 
+#: Seconds a program is given to exit once its standard input is closed, and to be gone once killed.
+GRACE = 2.0
+
+
+def _kill_group(pgid: int) -> None:
+    """Kill every process left in the program's process group (it leads one of its own)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left in it
+        pass
+
+
 class _Program:
     """A started coordinator program and the requests in flight to it."""
 
@@ -160,7 +173,7 @@ class _Program:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log_file,
-                limit=64 * 1024 * 1024)
+                limit=64 * 1024 * 1024, start_new_session=True)  # its own process group: see close()
         except OSError as exc:
             self._log_file.close()
             raise CoordinatorBroke("exited", f"the program {shlex.join(self.argv)!r} could not start: {exc}") from None
@@ -215,8 +228,22 @@ class _Program:
                 return
             if not future.done():
                 future.set_result(message)
-        status = await self.proc.wait()
-        self._broke("exited", f"the program exited (status {status}) with requests still to come")
+        while self.proc.returncode is None:  # polled: wait() would also wait for its standard input to close
+            await asyncio.sleep(0.02)
+        self._broke("exited", f"the program exited (status {self.proc.returncode}) with requests still to come")
+
+    async def _ended(self, seconds: float) -> bool:
+        """Whether, within ``seconds``, the program exited and its output reached its end (or
+        stopped being read).  Polled: ``Process.wait()`` also waits for every pipe to close,
+        which a process the program started may hold open for ever."""
+        proc, loop = self.proc, asyncio.get_running_loop()
+        assert proc is not None
+        deadline = loop.time() + seconds
+        while proc.returncode is None or (self._reader is not None and not self._reader.done()):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def request(self, kind: str, **fields: Any) -> dict[str, Any]:
         if self.broken is not None:
@@ -244,15 +271,16 @@ class _Program:
             raise
 
     async def close(self) -> None:
+        """End the program: close its standard input, give it 2 seconds to exit and to close its
+        output, then kill its process group, which ends what it started too (the children of a
+        wrapper such as ``sh -c '...'`` would otherwise outlive the run, and hold its output open)."""
         proc = self.proc
-        if proc is not None and proc.returncode is None:
+        if proc is not None:
             if proc.stdin is not None:
                 proc.stdin.close()
-            try:
-                await asyncio.wait_for(proc.wait(), 2.0)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await self._ended(GRACE)
+            _kill_group(proc.pid)
+            await self._ended(GRACE)
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
