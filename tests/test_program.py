@@ -270,6 +270,24 @@ def test_a_request_left_unanswered_fails_the_run_after_the_stated_timeout(tmp_pa
         """)
     run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=ProgramSettings(request_timeout=1.0))
     assert run.check == "unanswered" and "unanswered for 1 s" in run.failure
+    assert "written nothing" not in run.failure  # it answered init and start
+
+
+def test_a_program_whose_answers_sit_in_a_buffer_is_told_to_flush(tmp_path):
+    # Answers written into a full-sized buffer never flushed (what C's stdio does on a pipe).
+    path = tmp_path / "buffered.py"
+    path.write_text(textwrap.dedent("""\
+        import json, os, sys
+        out = os.fdopen(1, "w", buffering=65536)
+        for line in sys.stdin:
+            request = json.loads(line)
+            out.write(json.dumps({"type": request["type"] + "_ok", "in_reply_to": request["msg_id"]}) + "\\n")
+        """))
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(path))}"
+    run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=ProgramSettings(request_timeout=1.0))
+    assert run.check == "unanswered", run.failure
+    assert run.failure.split(";")[0].endswith("init was left unanswered for 1 s")
+    assert "written nothing on its standard output" in run.failure and "flush after each line" in run.failure
 
 
 def test_gave_up_is_judged_by_the_budget(tmp_path):

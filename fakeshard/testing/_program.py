@@ -167,6 +167,8 @@ class _Program:
         self.proc: Optional[asyncio.subprocess.Process] = None
         self._reader: Optional[asyncio.Task[None]] = None
         self._log_file: Any = None
+        #: Lines the program has written on its standard output.
+        self.lines = 0
 
     async def open(self) -> None:
         self._log_file = open(self.log, "wb")
@@ -178,6 +180,14 @@ class _Program:
             self._log_file.close()
             raise CoordinatorBroke("exited", f"the program {shlex.join(self.argv)!r} could not start: {exc}") from None
         self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    def silent_output(self) -> str:
+        """What to add to a request left unanswered when the program has written no line yet:
+        an answer written into a buffer that is never flushed reads as no answer."""
+        if self.lines:
+            return ""
+        return ("; the program has written nothing on its standard output yet: if it answered, the answer "
+                "may sit in a buffer (a pipe is not a terminal, so stdio buffers it): flush after each line")
 
     def log_tail(self, lines: int = 12) -> str:
         try:
@@ -208,6 +218,7 @@ class _Program:
                 return
             if not line:
                 break
+            self.lines += 1
             if not line.strip():
                 continue
             try:
@@ -759,7 +770,7 @@ class _ProgramRunner(_Runner):
         late = [c.answered - c.sent for c in calls
                 if c.abandoned and c.outcome == "ok" and c.answered is not None]
         if not late:
-            return ""
+            return self.program.silent_output()
         return (f"; meanwhile the program hung up on {len(late)} of its {len(calls)} calls for the session "
                 f"though their nodes answered them, in {min(late):.2f} to {max(late):.2f} s: its call "
                 "timeout may be shorter than the nodes take")
@@ -788,7 +799,8 @@ class _ProgramRunner(_Runner):
         try:
             await asyncio.wait_for(request, self.request_timeout)
         except asyncio.TimeoutError:
-            self._fail("unanswered", f"{what} was left unanswered for {self.request_timeout:g} s")
+            self._fail("unanswered", f"{what} was left unanswered for {self.request_timeout:g} s"
+                       + self.program.silent_output())
         except CoordinatorBroke as exc:
             self._fail(exc.check, f"{what}: {exc}")
         except (GaveUp, ProgramFailed) as exc:
