@@ -144,10 +144,14 @@ class ProgramFailed(Exception):
 GRACE = 2.0
 
 
-def _kill_group(pgid: int) -> None:
-    """Kill every process left in the program's process group (it leads one of its own)."""
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kill every process left in the program's process group (it leads one of its own; where
+    there are no process groups, the program alone)."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif proc.returncode is None:
+            proc.kill()
     except (ProcessLookupError, PermissionError):  # nothing left in it
         pass
 
@@ -290,7 +294,7 @@ class _Program:
             if proc.stdin is not None:
                 proc.stdin.close()
             await self._ended(GRACE)
-            _kill_group(proc.pid)
+            _kill_group(proc)
             await self._ended(GRACE)
         if self._reader is not None:
             self._reader.cancel()
