@@ -11,7 +11,8 @@ would meet them; the client is this process's ``RemoteShardEngine``.
   httpx client and a body of the same size):
   goal <= 1.3;
 * a 512-position prefill at hidden 4096 through a served head -> middle ->
-  tail over the same pipeline in process: goal <= 3;
+  tail over the same pipeline in process: goal <= 3 (each ratio's two sides
+  are timed call for call alternately, so the machine's noise falls on both);
 * decode steps per second with ``--clients`` concurrent clients, each on its
   own session;
 * the server's resident memory before and after ``--sessions`` sessions of
@@ -201,6 +202,18 @@ def _server_cpu_per_call(pid: int, url: str, clients: int, calls: int, body_of) 
     return (user_after - user + system_after - system) * per_call, (system_after - system) * per_call
 
 
+def _paired_median_us(fn_a, fn_b, repeats: int) -> tuple[float, float]:
+    """The median microseconds of ``fn_a`` and of ``fn_b``, their calls alternated, so that a
+    burst of the machine's noise falls on both rather than on whichever ran during it."""
+    a, b = [], []
+    for _ in range(repeats):
+        for fn, samples in ((fn_a, a), (fn_b, b)):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(a), statistics.median(b)
+
+
 def _median_us(fn, repeats: int) -> float:
     samples = []
     for _ in range(repeats):
@@ -258,8 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 client.post(echo_url, content=body, headers={"Content-Type": wire.FRAME_CONTENT_TYPE}).content
             for fn in (decode, echo_call):
                 _median_us(fn, 20)  # warm both paths
-            echo_us = _median_us(echo_call, args.repeats)
-            decode_us = _median_us(decode, args.repeats)
+            echo_us, decode_us = _paired_median_us(echo_call, decode, args.repeats)
 
             # 2. a wide prefill: served 3-node pipeline vs the same pipeline in process.
             prompt = [(i * 7919) % 32000 for i in range(512)]
@@ -269,10 +281,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for i in range(2):  # warm both paths (connections, allocations)
                 local.prefill(f"wl{i}", 0, 0, prompt)
                 served.prefill(f"ws{i}", 0, 0, prompt)
-            local_ms = statistics.median(
-                _median_us(lambda i=i: local.prefill(f"l{i}", 0, 0, prompt), 1) for i in range(runs)) / 1e3
-            served_ms = statistics.median(
-                _median_us(lambda i=i: served.prefill(f"s{i}", 0, 0, prompt), 1) for i in range(runs)) / 1e3
+            count = iter(range(2 * runs))
+            local_us, served_us = _paired_median_us(lambda: local.prefill(f"l{next(count)}", 0, 0, prompt),
+                                                    lambda: served.prefill(f"s{next(count)}", 0, 0, prompt), runs)
+            local_ms, served_ms = local_us / 1e3, served_us / 1e3
             assert served.prefill("check", 0, 0, prompt) == local.prefill("check", 0, 0, prompt)
 
             # 3. decode throughput with concurrent clients (bounded in time).
