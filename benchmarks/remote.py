@@ -24,7 +24,8 @@ would meet them; the client is this process's ``RemoteShardEngine``.
   echo endpoint (goal: at most 50 us per decode), the same decodes answered
   by the least a Python handler can do on that stack (JSON in, the engine's
   ``decode``, JSON out: no checks, call log, metrics or lock), and the echo's
-  figure on aiohttp's server for scale;
+  figure on aiohttp's server for scale (the four servers take turns, a quarter
+  of the calls at a time);
 * the wall time of a ``ci`` campaign of the reference coordinator program
   (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
   skips it), and the CPU time spent in it by the served nodes (their
@@ -168,16 +169,15 @@ class _ServedNodesCpu:
                 return
 
 
-def _server_cpu_per_call(pid: int, url: str, clients: int, calls: int, body_of) -> tuple[float, float]:
-    """Microseconds of the server's CPU per call, and of that the kernel's (system time):
-    ``clients`` keep-alive clients (each its own thread and connection) each POST
-    ``body_of(client, i)`` to ``url`` for ``i`` in ``range(calls)`` (bodies are built before
-    the clock starts)."""
+def _server_cpu(pid: int, url: str, clients: int, calls: range, body_of) -> tuple[float, float]:
+    """Seconds of the server's CPU, user and system, while ``clients`` keep-alive clients (each
+    its own thread and connection) each POST ``body_of(client, i)`` to ``url`` for ``i`` in
+    ``calls`` (bodies are built before the clock starts)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     failures = []
-    bodies = [[body_of(k, i) for i in range(calls)] for k in range(clients)]
+    bodies = [[body_of(k, i) for i in calls] for k in range(clients)]
 
     def client(mine: list[bytes]) -> None:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
@@ -198,8 +198,23 @@ def _server_cpu_per_call(pid: int, url: str, clients: int, calls: int, body_of) 
         t.join()
     user_after, system_after = _cpu_split(pid)
     assert not failures, f"{len(failures)} calls answered {sorted(set(failures))}"
+    return user_after - user, system_after - system
+
+
+def _servers_cpu_per_call(servers: list[tuple[int, str]], clients: int, calls: int, body_of,
+                          rounds: int = 4) -> list[tuple[float, float]]:
+    """For each ``(pid, url)`` of ``servers``: microseconds of its CPU per call, and of that the
+    kernel's (system time), over ``clients`` x ``calls`` calls (:func:`_server_cpu`).  The
+    servers take turns, ``rounds`` times, so that the machine's noise falls on each."""
+    used = [[0.0, 0.0] for _ in servers]
+    step = -(-calls // rounds)
+    for first in range(0, calls, step):
+        for (pid, url), total in zip(servers, used):
+            user, system = _server_cpu(pid, url, clients, range(first, min(first + step, calls)), body_of)
+            total[0] += user
+            total[1] += system
     per_call = 1e6 / (clients * calls)
-    return (user_after - user + system_after - system) * per_call, (system_after - system) * per_call
+    return [((user + system) * per_call, system * per_call) for user, system in used]
 
 
 def _paired_median_us(fn_a, fn_b, repeats: int) -> tuple[float, float]:
@@ -323,11 +338,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
             def decode_body(k: int, i: int) -> bytes:
                 return wire.dumps(TokenBundle(f"cpu{k}", 0, 1 + i, ((k + i) % 64,))).encode()
-            decode_cpu_us, decode_kernel_us = _server_cpu_per_call(
-                server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode", clients, calls, decode_body)
-            echo_cpu_us, echo_kernel_us = _server_cpu_per_call(echo.pid, echo_url, clients, calls, decode_body)
-            floor_cpu_us, _ = _server_cpu_per_call(floor.pid, floor_url, clients, calls, decode_body)
-            aiohttp_cpu_us, _ = _server_cpu_per_call(aio.pid, aio_url, clients, calls, decode_body)
+            servers = [(server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode"), (echo.pid, echo_url),
+                       (floor.pid, floor_url), (aio.pid, aio_url)]
+            (decode_cpu_us, decode_kernel_us), (echo_cpu_us, echo_kernel_us), (floor_cpu_us, _), (aiohttp_cpu_us, _) = \
+                _servers_cpu_per_call(servers, clients, calls, decode_body)
             for k in range(clients):
                 full.release(f"cpu{k}", 0)
     finally:
