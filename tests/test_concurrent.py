@@ -25,6 +25,7 @@ from fakeshard.testing._concurrent import (
     run_concurrent,
     run_scenario,
     scenarios,
+    stop_tasks,
 )
 from fakeshard.testing._coordinator_machine import CoordinatorError, CoordinatorRunner, load_coordinator, reference
 from fakeshard.testing._machines import MachineConfig
@@ -66,6 +67,54 @@ def test_a_loop_where_everything_waits_forever_is_a_deadlock_not_a_hang():
 
     with pytest.raises(Deadlock, match="never go on"):
         _run(main())
+
+
+def test_stopping_a_run_cancels_again_a_task_that_went_on_after_its_cancellation():
+    # Python 3.11's wait_for can swallow a cancellation; a task that goes on and then waits
+    # for ever (a run's client waiting on a read nobody makes) must still be ended.
+    loop = new_loop()
+    ended = []
+
+    async def goes_on_once():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # swallowed
+        try:
+            await loop.create_future()  # for ever, no timer
+        finally:
+            ended.append(loop.time())
+
+    task = loop.create_task(goes_on_once())
+    loop.run_until_complete(asyncio.sleep(1))
+    stop_tasks(loop)
+    assert task.cancelled() and ended == [2.0]  # in the second round, after the first's second
+    loop.close()
+
+
+def test_stopping_a_run_gives_up_on_a_task_that_never_ends(monkeypatch):
+    import fakeshard.testing._concurrent as concurrent
+
+    monkeypatch.setattr(concurrent, "STOP_ROUNDS", 3)
+    loop = new_loop()
+
+    stubborn = [True]
+
+    async def never_ends():
+        while stubborn[0]:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                pass
+
+    task = loop.create_task(never_ends())
+    loop.run_until_complete(asyncio.sleep(0))
+    stop_tasks(loop)  # returns: three rounds of at most a (virtual) second each
+    assert not task.done() and loop.time() == 3.0
+    stubborn[0] = False
+    task.cancel()
+    loop.run_until_complete(task)
+    loop.close()
 
 
 # -- the simulated cluster -------------------------------------------------------------------------

@@ -3,6 +3,7 @@ program, the Node.js example, the planted programs, the call log and the command
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import shutil
@@ -784,3 +785,37 @@ def test_the_schema_command_prints_the_protocol(capsys):
     assert cli(["schema", "program_next_token_ok"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["properties"]["type"] == {"const": "next_token_ok"} and "token" in doc["required"]
+
+
+# -- the harness's own tasks -----------------------------------------------------------------------
+
+def test_a_call_log_reader_cancelled_before_it_ran_leaves_no_later_read_waiting():
+    # Stopping a run cancels every task, a reader of the call log that never ran too: a read
+    # asked for after that (by a task that went on) must still be made, not waited for ever.
+    from fakeshard.testing._program import _ServedWorld
+
+    loop = asyncio.new_event_loop()
+    world = object.__new__(_ServedWorld)
+    world.loop, world.in_flight = loop, set()
+    world._next_read = world._read_for = world._reader = None
+    reads = []
+
+    async def read_once():
+        reads.append(loop.time())
+
+    world._read_log_once = read_once
+
+    async def main():
+        first = loop.create_task(world.sync())
+        await asyncio.sleep(0)  # the caller waits; its reader is made, not yet run
+        world._reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await asyncio.wait_for(world.sync(), 5)  # a reader that never ran did not leave one "running"
+        await asyncio.wait_for(asyncio.gather(world.sync(), world.sync()), 5)  # and reads go on being shared
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert len(reads) in (2, 3)

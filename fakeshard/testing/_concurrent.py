@@ -300,6 +300,24 @@ class CoordinatorBroke(Exception):
         self.check = check
 
 
+#: Rounds of cancellation :func:`stop_tasks` makes before it leaves tasks as they are.
+STOP_ROUNDS = 20
+
+
+def stop_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel every task left on ``loop`` and run it until they end.  A task that goes on after
+    its cancellation, or one started meanwhile, is cancelled in the next round (Python 3.11's
+    ``wait_for`` can swallow a cancellation); each round waits at most a second of the loop's
+    time, and after :data:`STOP_ROUNDS` rounds what is left is left, so a run always ends."""
+    for _ in range(STOP_ROUNDS):
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
+
+
 class _Runner:
     def __init__(self, factory: Callable[..., Any], scenario: Scenario, coordinator: Callable[..., Any],
                  tolerance: float = 0.0) -> None:
@@ -338,11 +356,7 @@ class _Runner:
         except _Failed:
             pass
         finally:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            stop_tasks(loop)
             loop.close()
         self.run.events = self.world.events
         self.run.calls = [c.to_dict() for c in self.world.calls]
@@ -424,6 +438,11 @@ class _Runner:
         self.world.record("invoke", request=req.rid, session=sid, op=op)
         try:
             result = await asyncio.wait_for(getattr(self.coordinator, op)(sid, *args), self.request_timeout)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # The run is stopping, and wait_for swallowed the cancellation: it returns the
+                # result of a request that ended as it was cancelled (Python 3.11).
+                raise asyncio.CancelledError
             req.outcome = "ok"
             if op == "next_token":
                 req.token = result

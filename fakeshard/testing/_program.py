@@ -58,6 +58,7 @@ from fakeshard.testing._concurrent import (
     probes_of,
     reduce,
     scenarios,
+    stop_tasks,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
 from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
@@ -406,7 +407,9 @@ class _ServedWorld(NemesisWorld):
         self._cursor = 0
         #: The read of the call log the callers of :meth:`sync` wait for next (``None``: none asked).
         self._next_read: Optional[asyncio.Future[None]] = None
-        self._reading = False
+        #: The read being made, and the task that reads (``None``: none).
+        self._read_for: Optional[asyncio.Future[None]] = None
+        self._reader: Optional[asyncio.Task[None]] = None
         self._names: dict[str, int] = {}
         self._views: dict[tuple[int, str], Optional[_View]] = {}
         self._used: dict[int, int] = {}
@@ -485,31 +488,35 @@ class _ServedWorld(NemesisWorld):
         if self._next_read is None:
             self._next_read = self.loop.create_future()
         waiting = self._next_read
-        if not self._reading:
-            self._reading = True
-            task = self.loop.create_task(self._read_log())
+        if self._reader is None or self._reader.done():  # done: its callback has not run yet
+            self._reader = task = self.loop.create_task(self._read_log())
             self.in_flight.add(task)
-            task.add_done_callback(self.in_flight.discard)
+            task.add_done_callback(self._read_ended)
         await asyncio.shield(waiting)
 
     async def _read_log(self) -> None:
         """Read the log for the callers waiting, again while more came during a read."""
-        waiting: Optional[asyncio.Future[None]] = None
-        try:
-            while self._next_read is not None:
-                waiting, self._next_read = self._next_read, None
-                try:
-                    await self._read_log_once()
-                except Exception as exc:
-                    waiting.set_exception(exc)
-                else:
-                    waiting.set_result(None)
-        finally:
-            self._reading = False
-            for left in (waiting, self._next_read):  # cancelled mid-read: so are its callers
-                if left is not None and not left.done():
-                    left.cancel()
+        while self._next_read is not None:
+            self._read_for = waiting = self._next_read
             self._next_read = None
+            try:
+                await self._read_log_once()
+            except Exception as exc:
+                waiting.set_exception(exc)
+            else:
+                waiting.set_result(None)
+
+    def _read_ended(self, task: "asyncio.Task[None]") -> None:
+        """The reader ended: whoever still waits is cancelled with it (a reader cancelled
+        before it ever ran ran none of its own code, so this is a callback, not a ``finally``)."""
+        self.in_flight.discard(task)
+        if self._reader is not task:
+            return  # a newer reader serves whoever waits
+        self._reader = None
+        for left in (self._read_for, self._next_read):
+            if left is not None and not left.done():
+                left.cancel()
+        self._read_for = self._next_read = None
 
     async def _read_log_once(self) -> None:
         response = await self._control("GET", f"/v1/calls?since={self._cursor}")
@@ -644,11 +651,7 @@ class _ProgramRunner(_Runner):
         except _Failed:
             pass
         finally:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            stop_tasks(loop)
             loop.run_until_complete(self._close())
             loop.close()
             server.close()
