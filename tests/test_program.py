@@ -517,6 +517,9 @@ PLANTED_PROGRAMS = {
     "crossed_answers.py": ("stream",),
     "token_fed_twice.py": ("stream",),
     "release_first_epoch.py": ("release", "leak"),
+    # A stale answer gives a wrong token (stream), or its session's id to the next stage's call:
+    # a call for a released session (after_release), or one more pass than failures allow.
+    "stale_answer.mjs": ("stream", "after_release", "budget"),
 }
 
 
