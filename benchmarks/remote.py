@@ -229,15 +229,6 @@ def _paired_median_us(fn_a, fn_b, repeats: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
-def _median_us(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
-
-
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=300)
@@ -284,8 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
             def echo_call() -> None:
                 client.post(echo_url, content=body, headers={"Content-Type": wire.FRAME_CONTENT_TYPE}).content
-            for fn in (decode, echo_call):
-                _median_us(fn, 20)  # warm both paths
+            _paired_median_us(echo_call, decode, 20)  # warm both paths
             echo_us, decode_us = _paired_median_us(echo_call, decode, args.repeats)
 
             # 2. a wide prefill: served 3-node pipeline vs the same pipeline in process.

@@ -292,8 +292,7 @@ def _program_report(path: Path, trace: "Trace", name: str, again: "ProgramReplay
     else:
         lines.append(f"passes on {name} this time (the saved run failed {trace.config.get('check')}); "
                      f"availability {again.run.availability:.3f}")
-    if again.log is not None:
-        lines.append(f"the program's log of this run: {again.log}")
+    lines.append(f"the program's log of this run: {again.log}")
     return "\n".join(lines)
 
 

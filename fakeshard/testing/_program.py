@@ -33,6 +33,7 @@ how many re-runs failed again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -833,12 +834,11 @@ def run_program_scenario(factory: Callable[..., Any], scenario: Scenario, comman
     to ``log``, else to a temporary file removed after the run; every request and answer, to
     ``transcript`` if given."""
     argv = _argv(command)
-    if log is not None:
+    with contextlib.ExitStack() as scratch:
+        if log is None:
+            log = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="fakeshard-program-"))) / "program.log"
         return _ProgramRunner(factory, scenario, argv, settings=settings, log=log, tolerance=tolerance,
                               transcript=transcript).go()
-    with tempfile.TemporaryDirectory(prefix="fakeshard-program-") as logs:
-        return _ProgramRunner(factory, scenario, argv, settings=settings, log=Path(logs) / "program.log",
-                              tolerance=tolerance, transcript=transcript).go()
 
 
 def make_trace(scenario: Scenario, run: Run, *, factory_name: str, command: str, settings: ProgramSettings,
@@ -981,7 +981,7 @@ class Replayed:
 
     run: Run
     same_check: bool
-    log: Optional[Path] = None
+    log: Path
 
 
 def replay_program(trace: Trace, factory: Callable[..., Any], command: Optional[str] = None,
