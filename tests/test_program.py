@@ -109,6 +109,7 @@ def test_a_line_that_is_not_json_fails_the_run_as_a_protocol_error(tmp_path):
     run = run_program_scenario(FakeShardEngine, ONE, cmd, settings=QUICK)
     assert run.check == "protocol"
     assert "not JSON" in run.failure and "starting session" in run.failure
+    assert "write logs to standard error" in run.failure
 
 
 def test_an_answer_of_the_wrong_type_is_a_protocol_error(tmp_path):

@@ -230,7 +230,8 @@ class _Program:
             try:
                 message = json.loads(line)
             except ValueError:
-                self._broke("protocol", f"the program wrote a line that is not JSON: {line[:200]!r}")
+                self._broke("protocol", f"the program wrote a line that is not JSON: {line[:200]!r} (standard "
+                            "output carries the protocol alone: write logs to standard error)")
                 return
             if self.transcript is not None:
                 self.transcript.append(message)
