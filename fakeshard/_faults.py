@@ -30,10 +30,12 @@ __all__ = [
     "FaultPlan",
     "FaultRule",
     "Fired",
+    "HIDDEN_MALFORMED_KINDS",
     "MALFORMED_KINDS",
     "Malformed",
     "MemoryPressure",
     "OPS",
+    "SAMPLE_MALFORMED_KINDS",
     "corrupt",
 ]
 
@@ -41,6 +43,10 @@ __all__ = [
 OPS = ("prefill", "decode", "cancel", "release")
 #: The ways :class:`Malformed` can break an output.
 MALFORMED_KINDS = ("checksum", "shape", "layer", "nan", "token_range", "session", "epoch", "position")
+#: The kinds that break a hidden bundle (a head's or middle's output) and a sample bundle (a
+#: tail's); :func:`corrupt` leaves an output of the other kind as it is.
+HIDDEN_MALFORMED_KINDS = ("checksum", "shape", "layer", "nan", "session", "epoch", "position")
+SAMPLE_MALFORMED_KINDS = ("token_range", "session", "epoch", "position")
 
 
 def _is_int(value: object) -> bool:

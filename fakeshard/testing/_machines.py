@@ -25,7 +25,7 @@ from fakeshard import (
     ShardSpec,
 )
 from fakeshard._factory import makes_fixture_choices
-from fakeshard._faults import MALFORMED_KINDS, Fault
+from fakeshard._faults import HIDDEN_MALFORMED_KINDS, MALFORMED_KINDS, SAMPLE_MALFORMED_KINDS, Fault
 from fakeshard._feeder import Feeder
 from fakeshard.testing._lengths import BIG_RESERVES, EDGES, LONGEST, capped, longest_of, longest_prompt
 from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
@@ -345,10 +345,9 @@ _RULES = {"other": _rules(faults, st.none() | st.integers(1, 3)),
 fault_rules = st.sampled_from(["other", "other", "other", "crash"]).flatmap(_RULES.__getitem__)
 #: The standing faults (one a run): each ``Malformed`` kind the role's output can show, memory
 #: pressure that fails the allocation, a reservation past a 32-bit counter, a lost answer.
-STANDING_HIDDEN: tuple[Fault, ...] = tuple(
-    Malformed(k) for k in ("checksum", "shape", "layer", "nan", "session", "epoch", "position")) \
+STANDING_HIDDEN: tuple[Fault, ...] = tuple(Malformed(k) for k in HIDDEN_MALFORMED_KINDS) \
     + (MemoryPressure(), MemoryPressure(2**32), DropResponse())
-STANDING_SAMPLE: tuple[Fault, ...] = tuple(Malformed(k) for k in ("token_range", "session", "epoch", "position")) \
+STANDING_SAMPLE: tuple[Fault, ...] = tuple(Malformed(k) for k in SAMPLE_MALFORMED_KINDS) \
     + (MemoryPressure(), MemoryPressure(2**32), DropResponse())
 fault_plans = st.builds(FaultPlan, st.lists(fault_rules, min_size=1, max_size=4).map(tuple),
                         st.integers(0, 2**32))
