@@ -1,4 +1,5 @@
-"""A derandomized campaign draws the same whatever local modules the process imported."""
+"""A derandomized campaign draws the same whatever local modules the process imported; the
+machines' Malformed faults are fitted to what each node's output can show."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fakeshard import FakeShardEngine
+from fakeshard import Delay, FakeShardEngine, FaultPlan, FaultRule, Malformed, ShardSpec, TokenBundle
+from fakeshard._faults import MALFORMED_KINDS
+from fakeshard.testing import _coordinator_machine as coordinator_machine
+from fakeshard.testing import _failover as failover
 from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
+from fakeshard.testing._concurrent import scenarios
 from fakeshard.testing._coordinator_machine import CoordinatorMachine
-from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._draws import fit_malformed, stable_draws
 from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._regress import run_machine
 
@@ -87,3 +92,78 @@ def test_a_kit_campaign_replays_exactly_after_other_modules_are_imported(tmp_pat
     first = _coordinator_campaign()
     _import_constants(tmp_path, "fakeshard_draws_constants_c", 3)
     assert _coordinator_campaign() == first
+
+
+# -- Malformed faults fitted to a node's output ------------------------------------------------
+
+_SPEC = ShardSpec("fit", 4, 0, 4, hidden_size=4, vocab_size=64)
+
+
+def _broken(kind: str, last: bool) -> bool:
+    """Whether ``Malformed(kind)`` on a prefill changes the output of a node whose output is a
+    sample (``last``: all the layers) or a hidden bundle (the first two)."""
+    spec = _SPEC if last else _SPEC.with_layers(0, 2)
+    bundle = TokenBundle("s", 0, 0, (1, 2, 3))
+    faulty = FakeShardEngine(spec, faults=FaultPlan((FaultRule(Malformed(kind), op="prefill"),)))
+    return faulty.prefill(bundle) != FakeShardEngine(spec).prefill(bundle)
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["sample", "hidden"])
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+def test_a_fitted_malformed_fault_breaks_its_nodes_output_and_the_rest_of_the_plan_stays(kind, last):
+    delay = FaultRule(Delay(0.5), op="decode")
+    plan = FaultPlan((FaultRule(Malformed(kind), op="prefill", nth=2, count=None, probability=0.5), delay), seed=7)
+    fitted = fit_malformed(plan, last=last)
+    rule, other = fitted.rules
+    assert _broken(rule.fault.kind, last)
+    assert (rule.op, rule.nth, rule.count, rule.probability, other, fitted.seed) == ("prefill", 2, None, 0.5, delay, 7)
+    if _broken(kind, last):
+        assert fitted == plan  # a kind the output can show is kept
+
+
+class _Recorded:
+    """An engine factory that keeps the spec and fault plan of every engine it makes."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[ShardSpec, FaultPlan]] = []
+
+    def __call__(self, spec, *, seed=0, capacity_tokens=None, clock=None, faults=None):
+        self.made.append((spec, faults))
+        return FakeShardEngine(spec, seed=seed, capacity_tokens=capacity_tokens, clock=clock, faults=faults)
+
+
+def _every_kind() -> FaultPlan:
+    return FaultPlan(tuple(FaultRule(Malformed(kind)) for kind in MALFORMED_KINDS))
+
+
+def _assert_every_malformed_fault_shows(made: list[tuple[ShardSpec, FaultPlan]]) -> None:
+    assert made
+    for spec, plan in made:
+        last = spec.end_layer == spec.n_layers
+        for rule in plan.rules:
+            assert _broken(rule.fault.kind, last), (spec, rule)
+
+
+def test_the_coordinator_machines_nodes_get_malformed_faults_their_outputs_show():
+    factory = _Recorded()
+    n = len(coordinator_machine.RANGES) * coordinator_machine.PER_STAGE
+    coordinator_machine.CoordinatorRunner(factory, factory_name="f", coordinator="fakeshard.testing:reference", seed=0,
+                                          plans=coordinator_machine._fitted([_every_kind()] * n))
+    _assert_every_malformed_fault_shows(factory.made)
+
+
+def test_the_failover_machines_nodes_get_malformed_faults_their_outputs_show():
+    factory = _Recorded()
+    plans = failover._fitted([_every_kind()] * failover.N_NODES)
+    failover.FailoverRunner(factory, factory_name="f", seed=0, plans=plans)
+    _assert_every_malformed_fault_shows(factory.made)
+
+
+@settings(max_examples=40, database=None, deadline=None)
+@given(scenarios())
+def test_a_scenarios_nodes_get_malformed_faults_their_outputs_show(sc):
+    for k, plan in enumerate(sc.plans):
+        last = k // sc.replicas == sc.stages - 1
+        for rule in plan.rules:
+            if isinstance(rule.fault, Malformed):
+                assert _broken(rule.fault.kind, last), (k, rule)

@@ -64,10 +64,11 @@ from fakeshard import (
     ShardSpec,
     wire,
 )
-from fakeshard._faults import HIDDEN_MALFORMED_KINDS, SAMPLE_MALFORMED_KINDS
+from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._coordinator_machine import GIVE_UP_AFTER, call_budget
+from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, token_count, tokens_of
 from fakeshard.testing._machines import now_and_then, seeded_runs, spread
 from fakeshard.testing._probes import SITUATIONS
@@ -178,28 +179,19 @@ def _ms(lo: int, hi: int) -> st.SearchStrategy[float]:
     return st.integers(lo, hi).map(lambda ms: ms / 1000)
 
 
-def _plans(kinds: tuple[str, ...]) -> st.SearchStrategy[FaultPlan]:
-    """Fault plans of a node whose output ``Malformed`` can break in ``kinds``.
-
-    A dropped response is drawn twice as often as each other fault: an ambiguous failure (the
-    call applied, its answer lost) is where coordinators most often go wrong, and a rule drops
-    one or two answers where a crash fails every call until a restart.  At equal odds a ``ci``
-    campaign met about one ambiguous decode in ten scenarios, and a program campaign's 20
-    real-time runs caught a coordinator that mishandles one in 10 of 12 campaigns.
-    """
-    malformed = st.integers(0, 2**16).map(lambda i: Malformed(kinds[spread(i) % len(kinds)]))  # spread evenly
-    faults = st.one_of(st.just(Crash()), st.just(DropResponse()), st.just(DropResponse()), malformed,
-                       st.builds(Delay, _ms(100, 3000)), st.just(MemoryPressure()))
-    rules = st.builds(FaultRule, fault=faults, op=st.sampled_from(["any", "prefill", "decode", "decode", "release"]),
-                      nth=st.integers(1, 12), count=st.integers(1, 2), probability=st.sampled_from([1.0, 0.5]))
-    return st.builds(FaultPlan, st.lists(rules, max_size=2).map(tuple), st.integers(0, 2**32))
-
-
-#: A head's or middle's plans, and a tail's: a node's ``Malformed`` faults break its output in
-#: ways its output can show.  (Drawn from every kind, half of a tail's were ``nan``, ``shape``,
-#: ``layer`` or ``checksum``, which leave a sample as it is, and a head's ``token_range`` leaves
-#: a hidden bundle as it is.)
-_HIDDEN_PLANS, _SAMPLE_PLANS = _plans(HIDDEN_MALFORMED_KINDS), _plans(SAMPLE_MALFORMED_KINDS)
+#: Malformed outputs of every kind (a wide integer spreads them evenly); each node's are then
+#: fitted to what its output can show (:func:`fakeshard.testing._draws.fit_malformed`).
+_malformed = st.integers(0, 2**16).map(lambda i: Malformed(MALFORMED_KINDS[spread(i) % len(MALFORMED_KINDS)]))
+#: A dropped response is drawn twice as often as each other fault: an ambiguous failure (the call
+#: applied, its answer lost) is where coordinators most often go wrong, and a rule drops one or
+#: two answers where a crash fails every call until a restart.  At equal odds a ``ci`` campaign
+#: met about one ambiguous decode in ten scenarios, and a program campaign's 20 real-time runs
+#: caught a coordinator that mishandles one in 10 of 12 campaigns.
+_faults = st.one_of(st.just(Crash()), st.just(DropResponse()), st.just(DropResponse()), _malformed,
+                    st.builds(Delay, _ms(100, 3000)), st.just(MemoryPressure()))
+_rules = st.builds(FaultRule, fault=_faults, op=st.sampled_from(["any", "prefill", "decode", "decode", "release"]),
+                   nth=st.integers(1, 12), count=st.integers(1, 2), probability=st.sampled_from([1.0, 0.5]))
+_plans = st.builds(FaultPlan, st.lists(_rules, max_size=2).map(tuple), st.integers(0, 2**32))
 
 
 @st.composite
@@ -227,7 +219,7 @@ def scenarios(draw: st.DrawFn, max_clients: int = 64, longest: int = 8448, hidde
         clients.append(Client(f"s{c}", draw(_ms(0, 500)), tuple(rounds)))
     tight = draw(st.integers(0, 3)) == 0
     capacity = sum(max(token_count(r.prompt) + r.tokens for r in c.rounds) for c in clients) if tight else None
-    plans = tuple(draw(_SAMPLE_PLANS if stage == stages - 1 else _HIDDEN_PLANS)
+    plans = tuple(fit_malformed(draw(_plans), last=stage == stages - 1)
                   for stage in range(stages) for _ in range(replicas))
     nodes = stages * replicas
     events = []

@@ -74,6 +74,7 @@ from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_count, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
@@ -485,13 +486,20 @@ node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), s
 MAX_CRASHES = 3
 
 
+def _fitted(plans: list[FaultPlan]) -> list[FaultPlan]:
+    """Each node's plan with its ``Malformed`` kinds fitted to its output (node ``k`` serves
+    range ``k // PER_STAGE``; the last range's output is a sample)."""
+    return [fit_malformed(plan, last=k // PER_STAGE == len(RANGES) - 1) for k, plan in enumerate(plans)]
+
+
 class CoordinatorMachine(FinishingMachine):
     """Sessions through the coordinator under test, over engines with drawn faults."""
 
     machine_name = "coordinator"
 
     @initialize(seed=st.integers(0, 2), capacity=st.sampled_from([None, None, TIGHT_CAPACITY]),
-                plans=st.lists(node_plans, min_size=len(RANGES) * PER_STAGE, max_size=len(RANGES) * PER_STAGE),
+                plans=st.lists(node_plans, min_size=len(RANGES) * PER_STAGE, max_size=len(RANGES) * PER_STAGE)
+                .map(_fitted),
                 wide=wide)
     def setup(self, seed: int, capacity: Optional[int], plans: list[FaultPlan], wide: bool) -> None:
         self.crashes = 0

@@ -32,6 +32,7 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, tokens_of
 from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, wide
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
@@ -204,12 +205,19 @@ node_rules = st.builds(
 node_plans = st.builds(FaultPlan, st.lists(node_rules, max_size=2).map(tuple), st.integers(0, 2**32))
 
 
+def _fitted(plans: list[FaultPlan]) -> list[FaultPlan]:
+    """Each node's plan with its ``Malformed`` kinds fitted to its output (node ``k`` serves
+    range ``k % 3``; the last range's output is a sample)."""
+    return [fit_malformed(plan, last=k % len(RANGES) == len(RANGES) - 1) for k, plan in enumerate(plans)]
+
+
 class FailoverMachine(FinishingMachine):
     """Sessions through head -> middle -> tail with spares, under per-node fault plans."""
 
     machine_name = "failover"
 
-    @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES), wide=wide)
+    @initialize(seed=st.integers(0, 2), plans=st.lists(node_plans, min_size=N_NODES, max_size=N_NODES).map(_fitted),
+                wide=wide)
     def setup(self, seed: int, plans: list[FaultPlan], wide: bool) -> None:
         hidden = self.config.width(wide)
         #: The longest prompt a start sends: the factory's, and a quarter of the values a single
