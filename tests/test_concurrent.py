@@ -252,7 +252,6 @@ EXPECTED = {
     "keeps_nodes_that_left": {"gone_node"},
     "releases_only_at_tail": {"release", "leak"},
     "forgets_epoch_on_reuse": {"budget", "gave_up", "raised"},
-    "passes_answers_unchecked": {"leak", "stream"},
 }
 
 

@@ -209,15 +209,11 @@ class AsyncCoordinator:
                 out = await asyncio.wait_for(getattr(node, op)(bundle), timeout)
             except (ShardError, asyncio.TimeoutError) as exc:
                 raise _StageFailed(i, node, exc) from None
-            problem = self._problem(node, request, n, out, last=i == len(route) - 1)
+            problem = answer_problem(node.spec, request, n, out, last=i == len(route) - 1, model=self.model)
             if problem is not None:
                 raise _StageFailed(i, node, MalformedBundle(f"{node.name} answered {op} with {problem}"))
             bundle = out
         return bundle
-
-    def _problem(self, node: Any, request: TokenBundle, n: int, out: Any, *, last: bool) -> Optional[str]:
-        """What is wrong with ``node``'s answer to a call of ``n`` positions (``None``: nothing)."""
-        return answer_problem(node.spec, request, n, out, last=last, model=self.model)
 
     async def _recover(self, s: _Session, failed: _StageFailed) -> None:
         """After a failed attempt: avoid the node, restart it if it says it is down, drop it from
