@@ -43,8 +43,8 @@ __all__ = [
 OPS = ("prefill", "decode", "cancel", "release")
 #: The ways :class:`Malformed` can break an output.
 MALFORMED_KINDS = ("checksum", "shape", "layer", "nan", "token_range", "session", "epoch", "position")
-#: The kinds that break a hidden bundle (a head's or middle's output) and a sample bundle (a
-#: tail's); :func:`corrupt` leaves an output of the other kind as it is.
+#: The kinds that break a hidden bundle (a head's or middle's output), and those that break a
+#: sample bundle (a tail's); :func:`corrupt` leaves an output as it is for a kind not in its list.
 HIDDEN_MALFORMED_KINDS = ("checksum", "shape", "layer", "nan", "session", "epoch", "position")
 SAMPLE_MALFORMED_KINDS = ("token_range", "session", "epoch", "position")
 

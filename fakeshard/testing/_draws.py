@@ -1,4 +1,4 @@
-"""Draws that do not depend on what else the process imported.
+"""Draws that do not depend on what else the process imported, and fault plans fitted to a node.
 
 Hypothesis (6.13x and later) mixes into its draws, with a small probability on each
 choice, constants scraped from the source of every *local* module in ``sys.modules``
@@ -78,10 +78,9 @@ def fit_malformed(plan: FaultPlan, last: bool) -> FaultPlan:
     """``plan`` for a node whose output is a sample (``last``, a tail's) or a hidden bundle:
     each ``Malformed`` kind its output cannot show (a sample's ``nan``, ``shape``, ``layer`` or
     ``checksum``, a hidden bundle's ``token_range``, each of which leaves the output as it is)
-    becomes one it can, by its place in :data:`MALFORMED_KINDS`.  Drawn from every kind, half
-    of a tail's malformed outputs were no-ops, and a coordinator that passed a token outside
-    the vocabulary on went through a ``ci`` campaign.  Plans are drawn from every kind, then
-    fitted, so the draws made for the rest of a scenario stay as they were."""
+    becomes one it can, by its place in :data:`MALFORMED_KINDS` (drawn from every kind, half of
+    a tail's malformed outputs were no-ops).  Plans are drawn from every kind, then fitted, so
+    the draws made for the rest of a scenario stay as they were."""
     kinds = SAMPLE_MALFORMED_KINDS if last else HIDDEN_MALFORMED_KINDS
     rules = tuple(
         replace(rule, fault=Malformed(kinds[MALFORMED_KINDS.index(rule.fault.kind) % len(kinds)]))
