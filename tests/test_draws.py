@@ -19,8 +19,8 @@ from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._concurrent import scenarios
 from fakeshard.testing._coordinator_machine import CoordinatorMachine
-from fakeshard.testing._draws import fit_malformed, stable_draws
-from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._draws import stable_draws
+from fakeshard.testing._machines import MachineConfig, fit_malformed
 from fakeshard.testing._regress import run_machine
 
 

@@ -68,9 +68,8 @@ from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._coordinator_machine import GIVE_UP_AFTER, call_budget
-from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, token_count, tokens_of
-from fakeshard.testing._machines import now_and_then, seeded_runs, spread
+from fakeshard.testing._machines import fit_malformed, now_and_then, seeded_runs, spread
 from fakeshard.testing._probes import SITUATIONS
 from fakeshard.testing._reference_coordinator import GaveUp
 from fakeshard.testing._runner import Divergence, ReferenceStreams
@@ -180,7 +179,7 @@ def _ms(lo: int, hi: int) -> st.SearchStrategy[float]:
 
 
 #: Malformed outputs of every kind (a wide integer spreads them evenly); each node's are then
-#: fitted to what its output can show (:func:`fakeshard.testing._draws.fit_malformed`).
+#: fitted to what its output can show (:func:`fakeshard.testing._machines.fit_malformed`).
 _malformed = st.integers(0, 2**16).map(lambda i: Malformed(MALFORMED_KINDS[spread(i) % len(MALFORMED_KINDS)]))
 #: A dropped response is drawn twice as often as each other fault: an ambiguous failure (the call
 #: applied, its answer lost) is where coordinators most often go wrong, and a rule drops one or

@@ -74,9 +74,8 @@ from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_count, tokens_of
-from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, spread, wide
+from fakeshard.testing._machines import FinishingMachine, fit_malformed, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
 from fakeshard.testing._sim import breaks_contract, fault_count, fired_since, is_async_coordinator

@@ -1,4 +1,4 @@
-"""Draws that do not depend on what else the process imported, and fault plans fitted to a node.
+"""Draws that do not depend on what else the process imported.
 
 Hypothesis (6.13x and later) mixes into its draws, with a small probability on each
 choice, constants scraped from the source of every *local* module in ``sys.modules``
@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional
 
-from fakeshard._faults import HIDDEN_MALFORMED_KINDS, MALFORMED_KINDS, SAMPLE_MALFORMED_KINDS, FaultPlan, Malformed
-
-__all__ = ["fit_malformed", "search_until_found", "stable_draws"]
+__all__ = ["search_until_found", "stable_draws"]
 
 _lock = threading.Lock()
 _depth = 0
@@ -72,18 +69,3 @@ def search_until_found(search: Callable[[], None], found: list[Any], seed: Optio
     except Exception:
         if not found:
             raise
-
-
-def fit_malformed(plan: FaultPlan, last: bool) -> FaultPlan:
-    """``plan`` for a node whose output is a sample (``last``, a tail's) or a hidden bundle:
-    each ``Malformed`` kind its output cannot show (a sample's ``nan``, ``shape``, ``layer`` or
-    ``checksum``, a hidden bundle's ``token_range``, each of which leaves the output as it is)
-    becomes one it can, by its place in :data:`MALFORMED_KINDS` (drawn from every kind, half of
-    a tail's malformed outputs were no-ops).  Plans are drawn from every kind, then fitted, so
-    the draws made for the rest of a scenario stay as they were."""
-    kinds = SAMPLE_MALFORMED_KINDS if last else HIDDEN_MALFORMED_KINDS
-    rules = tuple(
-        replace(rule, fault=Malformed(kinds[MALFORMED_KINDS.index(rule.fault.kind) % len(kinds)]))
-        if isinstance(rule.fault, Malformed) and rule.fault.kind not in kinds else rule
-        for rule in plan.rules)
-    return plan if rules == plan.rules else FaultPlan(rules, plan.seed)

@@ -32,9 +32,8 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
-from fakeshard.testing._draws import fit_malformed
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, tokens_of
-from fakeshard.testing._machines import FinishingMachine, now_and_then, seeded_runs, wide
+from fakeshard.testing._machines import FinishingMachine, fit_malformed, now_and_then, seeded_runs, wide
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams, view_state
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version

@@ -7,7 +7,7 @@ read from globals: ``run_state_machine_as_test(lambda: SessionsMachine(cfg))``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
@@ -351,6 +351,21 @@ STANDING_SAMPLE: tuple[Fault, ...] = tuple(Malformed(k) for k in SAMPLE_MALFORME
     + (MemoryPressure(), MemoryPressure(2**32), DropResponse())
 fault_plans = st.builds(FaultPlan, st.lists(fault_rules, min_size=1, max_size=4).map(tuple),
                         st.integers(0, 2**32))
+
+
+def fit_malformed(plan: FaultPlan, last: bool) -> FaultPlan:
+    """``plan`` for a node whose output is a sample (``last``, a tail's) or a hidden bundle:
+    each ``Malformed`` kind its output cannot show (a sample's ``nan``, ``shape``, ``layer`` or
+    ``checksum``, a hidden bundle's ``token_range``, each of which leaves the output as it is)
+    becomes one it can, by its place in :data:`MALFORMED_KINDS` (drawn from every kind, half of
+    a tail's malformed outputs were no-ops).  The machines that draw a plan for each node of a
+    cluster draw it from every kind, then fit it, so the rest of their draws stay as they were."""
+    kinds = SAMPLE_MALFORMED_KINDS if last else HIDDEN_MALFORMED_KINDS
+    rules = tuple(
+        replace(rule, fault=Malformed(kinds[MALFORMED_KINDS.index(rule.fault.kind) % len(kinds)]))
+        if isinstance(rule.fault, Malformed) and rule.fault.kind not in kinds else rule
+        for rule in plan.rules)
+    return plan if rules == plan.rules else FaultPlan(rules, plan.seed)
 
 
 class FaultsMachine(_EngineMachine):
