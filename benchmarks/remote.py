@@ -24,7 +24,8 @@ would meet them; the client is this process's ``RemoteShardEngine``.
   echo endpoint (goal: at most 50 us per decode), the same decodes answered
   by the least a Python handler can do on that stack (JSON in, the engine's
   ``decode``, JSON out: no checks, call log, metrics or lock), and the echo's
-  figure on aiohttp's server for scale (the four servers take turns, a quarter
+  figure on aiohttp's server and, where ``node`` is found, on Node.js's own
+  HTTP server (no Python at all), for scale (the servers take turns, a quarter
   of the calls at a time);
 * the wall time of a ``ci`` campaign of the reference coordinator program
   (``python3 -m fakeshard.testing.coordinator_program``; ``--no-campaign``
@@ -40,6 +41,7 @@ import http.client
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,12 +100,27 @@ sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(128)
 print(sock.getsockname()[1], flush=True)
 web.run_app(app, sock=sock, print=None, access_log=None, handle_signals=True)
 """
+#: The same echo on Node.js's own HTTP server (no Python at all), for scale, where ``node`` is found.
+_NODE_ECHO = """
+const http = require("node:http");
+const server = http.createServer((req, res) => {
+  const chunks = [];
+  req.on("data", (chunk) => chunks.push(chunk));
+  req.on("end", () => {
+    const body = Buffer.concat(chunks);
+    res.writeHead(200, {"content-type": req.headers["content-type"], "content-length": body.length});
+    res.end(body);
+  });
+});
+server.listen(0, "127.0.0.1", () => console.log(server.address().port));
+"""
 
 
-def _start(script: str, path: str, procs: list) -> tuple[subprocess.Popen, str]:
-    """Run ``script`` (which prints the loopback port it listens on) in a new process, kept in
-    ``procs``; the process and the URL of ``path`` on it."""
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+def _start(script: str, path: str, procs: list, interpreter: str = sys.executable) -> tuple[subprocess.Popen, str]:
+    """Run ``script`` (which prints the loopback port it listens on) with ``interpreter -e``
+    (Python's ``-c``) in a new process, kept in ``procs``; the process and the URL of ``path`` on it."""
+    flag = "-c" if interpreter == sys.executable else "-e"
+    proc = subprocess.Popen([interpreter, flag, script], stdout=subprocess.PIPE, text=True)
     procs.append(proc)
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}{path}"
 
@@ -260,6 +277,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             echo, echo_url = _start(_ECHO, "/echo", procs)
             floor, floor_url = _start(_FLOOR.replace("CLIENTS", str(args.keepalive_clients)), "/v1/decode", procs)
             aio, aio_url = _start(_AIOHTTP_ECHO, "/echo", procs)
+            node = shutil.which("node")
+            node_echo = _start(_NODE_ECHO, "/echo", procs, node) if node else None
 
             # 1. decode round trip against an echo of the same size.
             full = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
@@ -330,8 +349,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 return wire.dumps(TokenBundle(f"cpu{k}", 0, 1 + i, ((k + i) % 64,))).encode()
             servers = [(server_pid, rosters[1]["nodes"]["full"]["url"] + "/v1/decode"), (echo.pid, echo_url),
                        (floor.pid, floor_url), (aio.pid, aio_url)]
-            (decode_cpu_us, decode_kernel_us), (echo_cpu_us, echo_kernel_us), (floor_cpu_us, _), (aiohttp_cpu_us, _) = \
-                _servers_cpu_per_call(servers, clients, calls, decode_body)
+            if node_echo is not None:
+                servers.append((node_echo[0].pid, node_echo[1]))
+            (decode_cpu_us, decode_kernel_us), (echo_cpu_us, echo_kernel_us), (floor_cpu_us, _), \
+                (aiohttp_cpu_us, _), *node_cpu = _servers_cpu_per_call(servers, clients, calls, decode_body)
+            node_cpu_us, node_kernel_us = node_cpu[0] if node_cpu else (None, None)
             for k in range(clients):
                 full.release(f"cpu{k}", 0)
     finally:
@@ -380,6 +402,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "floor_cpu_per_decode_us": round(floor_cpu_us, 1),
         "decode_cpu_over_floor": round(decode_cpu_us / floor_cpu_us, 2),
         "aiohttp_cpu_per_echo_us": round(aiohttp_cpu_us, 1),
+        "node_js_cpu_per_echo_us": None if node_cpu_us is None else round(node_cpu_us, 1),
+        "node_js_kernel_per_echo_us": None if node_kernel_us is None else round(node_kernel_us, 1),
         "keepalive_clients": args.keepalive_clients,
         "program_ci_campaign_s": None if campaign_s is None else round(campaign_s, 1),
     }
@@ -406,6 +430,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
           f"{decode_cpu_us / floor_cpu_us:5.2f}x: the node over the floor")
     print(f"  server CPU per echo on aiohttp's server (for scale)          {aiohttp_cpu_us:7.1f} us   "
           f"{aiohttp_cpu_us / echo_cpu_us:5.2f}x the nodes' stack")
+    if node_cpu_us is not None:
+        print(f"  server CPU per echo on Node.js's http server (no Python)      {node_cpu_us:7.1f} us   "
+              f"{node_cpu_us / echo_cpu_us:5.2f}x the nodes' stack (kernel {node_kernel_us:.1f} us)")
     if campaign_s is not None:
         print(f"  ci campaign of the reference coordinator program   {campaign_s:7.1f} s wall, of which CPU:")
         print(f"    served nodes ({nodes_cpu.threads} threads of clusters and workers) {nodes_cpu.seconds:7.2f} s   "
