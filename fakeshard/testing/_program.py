@@ -956,7 +956,8 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
         confirm.append((rerun(scenario), last_log[0]))
     again = [(r, path) for r, path in confirm if r.check == check]
     run, log = again[0] if again else (run, last_log[0])
-    note = (f"real time: the reduced scenario failed {check} again in {len(again)} of {CONFIRM_RUNS} re-runs"
+    note = (f"real time: the reduced scenario failed the {check!r} check again in {len(again)} of "
+            f"{CONFIRM_RUNS} re-runs"
             + (f"; the reduction re-ran {tried[0]} candidates, {tried[1]} of which failed again" if tried[0] else ""))
     evidence = getattr(config.factory, "evidence_class", "fixture")
     trace = make_trace(scenario, run, factory_name=config.factory_name, command=command, settings=program,
