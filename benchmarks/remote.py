@@ -116,11 +116,12 @@ server.listen(0, "127.0.0.1", () => console.log(server.address().port));
 """
 
 
-def _start(script: str, path: str, procs: list, interpreter: str = sys.executable) -> tuple[subprocess.Popen, str]:
-    """Run ``script`` (which prints the loopback port it listens on) with ``interpreter -e``
-    (Python's ``-c``) in a new process, kept in ``procs``; the process and the URL of ``path`` on it."""
-    flag = "-c" if interpreter == sys.executable else "-e"
-    proc = subprocess.Popen([interpreter, flag, script], stdout=subprocess.PIPE, text=True)
+def _start(script: str, path: str, procs: list, run: tuple[str, str] = (sys.executable, "-c")) \
+        -> tuple[subprocess.Popen, str]:
+    """Run ``script`` (which prints the loopback port it listens on) as ``run + (script,)`` (by
+    default Python's ``-c``) in a new process, kept in ``procs``; the process and the URL of
+    ``path`` on it."""
+    proc = subprocess.Popen([*run, script], stdout=subprocess.PIPE, text=True)
     procs.append(proc)
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}{path}"
 
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             floor, floor_url = _start(_FLOOR.replace("CLIENTS", str(args.keepalive_clients)), "/v1/decode", procs)
             aio, aio_url = _start(_AIOHTTP_ECHO, "/echo", procs)
             node = shutil.which("node")
-            node_echo = _start(_NODE_ECHO, "/echo", procs, node) if node else None
+            node_echo = _start(_NODE_ECHO, "/echo", procs, (node, "-e")) if node else None
 
             # 1. decode round trip against an echo of the same size.
             full = RemoteShardEngine(rosters[1]["nodes"]["full"]["url"])
