@@ -169,7 +169,7 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     if unknown or not options.machines:
         raise CheckError(f"--machines takes a comma-separated subset of {', '.join(ALL_MACHINES)}, "
                          f"got {','.join(options.machines) or 'nothing'}")
-    if PROGRAM_MACHINE in options.machines and not options.coordinator_cmd:
+    if PROGRAM_MACHINE in options.machines and options.coordinator_cmd is None:
         raise CheckError("the program machine runs a coordinator program: give it with --coordinator-cmd")
     if options.coordinator_cmd is not None:
         from fakeshard.testing._program import command_problem

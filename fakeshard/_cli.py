@@ -113,13 +113,25 @@ def parser() -> argparse.ArgumentParser:
 
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":
     """The campaign that options from :func:`add_campaign_options` ask for."""
-    from fakeshard._check import COORDINATOR_MACHINES, PROGRAM_MACHINE, CheckOptions
+    from fakeshard._check import COORDINATOR_MACHINES, PROGRAM_MACHINE, CheckError, CheckOptions
     from fakeshard._factory import resolve_factory_name
 
+    # An option given on the command line counts even when empty (and is refused then); the
+    # environment's variables, set to nothing, count as not set.
     coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
-    program = args.coordinator_cmd or os.environ.get("FAKESHARD_COORDINATOR_CMD") or None
-    machines = args.machines or ((PROGRAM_MACHINE,) if args.coordinator_cmd else
+    given_program = args.coordinator_cmd is not None
+    program = args.coordinator_cmd if given_program else os.environ.get("FAKESHARD_COORDINATOR_CMD") or None
+    machines = args.machines or ((PROGRAM_MACHINE,) if given_program else
                                  COORDINATOR_MACHINES if args.coordinator else CheckOptions.machines)
+    # An option that none of the campaign's machines reads is refused, rather than left unused: a
+    # campaign never passes without testing what it was given.
+    for option, given, readers in (("--coordinator-cmd", given_program, (PROGRAM_MACHINE,)),
+                                   ("--request-timeout", args.request_timeout is not None, (PROGRAM_MACHINE,)),
+                                   ("--coordinator", args.coordinator is not None, COORDINATOR_MACHINES),
+                                   ("--availability", args.availability is not None, ("concurrent", PROGRAM_MACHINE))):
+        if given and not set(readers) & set(machines):
+            raise CheckError(f"{option} is for the {' and '.join(readers)} machine{'s' if len(readers) > 1 else ''}, "
+                             f"which this campaign does not run (its machines: {','.join(machines)})")
     return CheckOptions(
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,

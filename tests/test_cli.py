@@ -73,6 +73,15 @@ def _run(*args, env=None):
     (["check", "--coordinator", "fakeshard:VirtualClock"], "failed to build a coordinator"),
     (["check", "--coordinator", "fakeshard.testing._coordinator_machine:ReferenceStreams"], "failed to build"),
     (["replay", "does/not/exist.json", "--coordinator", "fakeshard:Pipeline"], "failed to build a coordinator"),
+    # Given, even empty, an option counts; one that no machine of the campaign reads is refused.
+    (["check", "--coordinator-cmd", ""], "--coordinator-cmd is empty"),
+    (["check", "--coordinator-cmd", sys.executable, "--machines", "sessions"],
+     "--coordinator-cmd is for the program machine, which this campaign does not run (its machines: sessions)"),
+    (["check", "--request-timeout", "5"], "--request-timeout is for the program machine, which this campaign"),
+    (["check", "--coordinator", "fakeshard.testing:reference", "--machines", "sessions,faults"],
+     "--coordinator is for the coordinator and concurrent machines, which this campaign does not run"),
+    (["check", "--availability", "0.5", "--machines", "failover"],
+     "--availability is for the concurrent and program machines, which this campaign does not run"),
 ])
 def test_bad_input_is_a_one_line_error(args, needle):
     result = _run(*args)
@@ -80,6 +89,11 @@ def test_bad_input_is_a_one_line_error(args, needle):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_empty_program_variable_counts_as_not_set():
+    result = _run("check", "--machines", "program", env={"FAKESHARD_COORDINATOR_CMD": ""})
+    assert result.returncode == 2 and "give it with --coordinator-cmd" in result.stderr, result.stderr
 
 
 def test_replay_refuses_a_corrupt_trace(tmp_path):

@@ -718,9 +718,10 @@ def test_check_refuses_the_program_machine_without_a_program(capsys):
     assert "--coordinator-cmd" in capsys.readouterr().err
 
 
-def test_check_refuses_an_empty_program(capsys):
-    assert cli(["check", "--coordinator-cmd", "  "]) == 2
-    assert "empty" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["", "  "])
+def test_check_refuses_an_empty_program(command, capsys):
+    assert cli(["check", "--coordinator-cmd", command]) == 2
+    assert "--coordinator-cmd is empty" in capsys.readouterr().err
 
 
 def test_check_and_replay_refuse_a_program_that_cannot_be_run(tmp_path, capsys):
@@ -738,11 +739,15 @@ def test_check_and_replay_refuse_a_program_that_cannot_be_run(tmp_path, capsys):
     assert not list(tmp_path.glob("program-*"))
 
 
-def test_the_plugin_refuses_a_program_that_cannot_be_run(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pytest", "--coordinator-cmd", "no-such-program-xyz", "--co", "-q",
+@pytest.mark.parametrize("command,needle", [
+    ("no-such-program-xyz", "the program 'no-such-program-xyz' is not found on PATH"),
+    ("", "--coordinator-cmd is empty"),  # given, even empty, the option counts
+])
+def test_the_plugin_refuses_a_program_that_cannot_be_run(command, needle, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--coordinator-cmd", command, "--co", "-q",
                            "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert "the program 'no-such-program-xyz' is not found on PATH" in done.stderr + done.stdout
+    assert needle in done.stderr + done.stdout
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])

@@ -120,7 +120,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     classes = {n: evidence_class_of(f) for n, f in factories.items()}
     coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
-    program = config.getoption("--coordinator-cmd") or os.environ.get(PROGRAM_ENV_VAR) or None
+    program = config.getoption("--coordinator-cmd")  # given counts, even empty (refused below)
+    if program is None:  # the variable counts only when set to something
+        program = os.environ.get(PROGRAM_ENV_VAR) or None
     timeout = config.getoption("--request-timeout")
     if timeout is not None or program is not None:
         from fakeshard.testing._program import command_problem, request_timeout_problem
