@@ -213,9 +213,19 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
         from fakeshard.testing._coordinator_machine import CoordinatorError, load_coordinator
 
         try:
-            load_coordinator(options.coordinator)
+            made = load_coordinator(options.coordinator)
         except CoordinatorError as exc:
             raise CheckError(str(exc)) from None
+        from fakeshard.testing._concurrent import builds_async
+
+        # Each coordinator machine tests one kind of coordinator and the kit's reference in place
+        # of the other: asked for only the other machine, a campaign would test no coordinator of
+        # the user's and pass.
+        kind, tester = ("an async", "concurrent") if builds_async(made) else ("a synchronous", "coordinator")
+        if tester not in options.machines and set(COORDINATOR_MACHINES) & set(options.machines):
+            raise CheckError(f"coordinator factory {options.coordinator!r} builds {kind} coordinator, which the "
+                             f"{tester} machine tests; this campaign does not run it (its machines: "
+                             f"{','.join(options.machines)})")
     evidence_class = evidence_class_of(factory)
     if options.certify and evidence_class != "real-model":
         raise CheckError(

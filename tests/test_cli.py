@@ -80,6 +80,11 @@ def _run(*args, env=None):
     (["check", "--request-timeout", "5"], "--request-timeout is for the program machine, which this campaign"),
     (["check", "--coordinator", "fakeshard.testing:reference", "--machines", "sessions,faults"],
      "--coordinator is for the coordinator and concurrent machines, which this campaign does not run"),
+    (["check", "--coordinator", "fakeshard.testing:reference", "--machines", "concurrent,sessions"],
+     "'fakeshard.testing:reference' builds a synchronous coordinator, which the coordinator machine tests; "
+     "this campaign does not run it"),
+    (["check", "--coordinator", "fakeshard.testing:reference_async", "--machines", "coordinator"],
+     "builds an async coordinator, which the concurrent machine tests; this campaign does not run it"),
     (["check", "--availability", "0.5", "--machines", "failover"],
      "--availability is for the concurrent and program machines, which this campaign does not run"),
 ])
