@@ -118,11 +118,11 @@ def campaign_options(args: argparse.Namespace) -> "CheckOptions":
 
     # An option given on the command line counts even when empty (and is refused then); the
     # environment's variables, set to nothing, count as not set.
-    coordinator = args.coordinator or os.environ.get("FAKESHARD_COORDINATOR") or None
+    coordinator = args.coordinator if args.coordinator is not None else os.environ.get("FAKESHARD_COORDINATOR") or None
     given_program = args.coordinator_cmd is not None
     program = args.coordinator_cmd if given_program else os.environ.get("FAKESHARD_COORDINATOR_CMD") or None
     machines = args.machines or ((PROGRAM_MACHINE,) if given_program else
-                                 COORDINATOR_MACHINES if args.coordinator else CheckOptions.machines)
+                                 COORDINATOR_MACHINES if args.coordinator is not None else CheckOptions.machines)
     # An option that none of the campaign's machines reads is refused, rather than left unused: a
     # campaign never passes without testing what it was given.
     for option, given, readers in (("--coordinator-cmd", given_program, (PROGRAM_MACHINE,)),

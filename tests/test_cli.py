@@ -67,6 +67,7 @@ def _run(*args, env=None):
     (["check", "--frobnicate"], "unrecognized arguments"),
     (["replay", "does/not/exist.json"], "no trace file"),
     (["check", "--coordinator", "fakeshard"], "coordinator factory 'fakeshard' is not of the form module:callable"),
+    (["check", "--coordinator", ""], "coordinator factory '' is not of the form module:callable"),
     (["check", "--coordinator", "nowhere_module:make"], "coordinator factory 'nowhere_module:make': cannot import"),
     (["check", "--coordinator", "fakeshard:__version__"], "is not callable"),
     (["check", "--coordinator", "fakeshard:FakeShardEngine"], "failed to build a coordinator"),
