@@ -97,6 +97,14 @@ def test_bad_input_is_a_one_line_error(args, needle):
     assert "Traceback" not in result.stderr
 
 
+def test_the_plugin_refuses_an_empty_coordinator_rather_than_test_the_reference(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--coordinator", "", "--pyargs", "fakeshard.testing.suite",
+                           "-k", "machine_coordinator", "-q", "-p", "no:cacheprovider"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "coordinator factory '' is not of the form module:callable" in done.stdout + done.stderr
+
+
 def test_an_empty_program_variable_counts_as_not_set():
     result = _run("check", "--machines", "program", env={"FAKESHARD_COORDINATOR_CMD": ""})
     assert result.returncode == 2 and "give it with --coordinator-cmd" in result.stderr, result.stderr

@@ -119,7 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except FactoryError as exc:
             raise pytest.UsageError(str(exc)) from None
     classes = {n: evidence_class_of(f) for n, f in factories.items()}
-    coordinator = config.getoption("--coordinator") or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
+    coordinator = config.getoption("--coordinator")  # given counts, even empty (refused when loaded)
+    if coordinator is None:
+        coordinator = os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
     program = config.getoption("--coordinator-cmd")  # given counts, even empty (refused below)
     if program is None:  # the variable counts only when set to something
         program = os.environ.get(PROGRAM_ENV_VAR) or None
