@@ -114,13 +114,11 @@ def parser() -> argparse.ArgumentParser:
 def campaign_options(args: argparse.Namespace) -> "CheckOptions":
     """The campaign that options from :func:`add_campaign_options` ask for."""
     from fakeshard._check import COORDINATOR_MACHINES, PROGRAM_MACHINE, CheckError, CheckOptions
-    from fakeshard._factory import resolve_factory_name
+    from fakeshard._factory import option_or_env, resolve_factory_name
 
-    # An option given on the command line counts even when empty (and is refused then); the
-    # environment's variables, set to nothing, count as not set.
-    coordinator = args.coordinator if args.coordinator is not None else os.environ.get("FAKESHARD_COORDINATOR") or None
+    coordinator = option_or_env(args.coordinator, "FAKESHARD_COORDINATOR")
+    program = option_or_env(args.coordinator_cmd, "FAKESHARD_COORDINATOR_CMD")
     given_program = args.coordinator_cmd is not None
-    program = args.coordinator_cmd if given_program else os.environ.get("FAKESHARD_COORDINATOR_CMD") or None
     machines = args.machines or ((PROGRAM_MACHINE,) if given_program else
                                  COORDINATOR_MACHINES if args.coordinator is not None else CheckOptions.machines)
     # An option that none of the campaign's machines reads is refused, rather than left unused: a

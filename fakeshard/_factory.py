@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 from fakeshard._contract import ShardSpec
 from fakeshard._protocol import ShardEngine
@@ -23,6 +23,7 @@ __all__ = [
     "import_callable",
     "load_factory",
     "makes_fixture_choices",
+    "option_or_env",
     "resolve_factory_name",
 ]
 
@@ -37,6 +38,19 @@ _EVIDENCE_CLASSES = ("fixture", "real-model")
 
 class FactoryError(Exception):
     """A factory name that cannot be imported, called, or yields no engine."""
+
+
+@overload
+def option_or_env(option: str | None, variable: str, default: str) -> str: ...
+@overload
+def option_or_env(option: str | None, variable: str, default: None = None) -> str | None: ...
+def option_or_env(option: str | None, variable: str, default: str | None = None) -> str | None:
+    """An option given on the command line, even empty (its reader refuses an empty one, rather
+    than put something else in its place); else ``$variable`` if set to something; else
+    ``default``."""
+    if option is not None:
+        return option
+    return os.environ.get(variable) or default
 
 
 def resolve_factory_name(option: str | None) -> str:

@@ -36,6 +36,7 @@ from fakeshard._factory import (
     evidence_class_of,
     load_factory,
     makes_fixture_choices,
+    option_or_env,
 )
 from fakeshard._pipeline import Pipeline
 
@@ -119,12 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
         except FactoryError as exc:
             raise pytest.UsageError(str(exc)) from None
     classes = {n: evidence_class_of(f) for n, f in factories.items()}
-    coordinator = config.getoption("--coordinator")  # given counts, even empty (refused when loaded)
-    if coordinator is None:
-        coordinator = os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_COORDINATOR
-    program = config.getoption("--coordinator-cmd")  # given counts, even empty (refused below)
-    if program is None:  # the variable counts only when set to something
-        program = os.environ.get(PROGRAM_ENV_VAR) or None
+    coordinator = option_or_env(config.getoption("--coordinator"), COORDINATOR_ENV_VAR, DEFAULT_COORDINATOR)
+    program = option_or_env(config.getoption("--coordinator-cmd"), PROGRAM_ENV_VAR)
     timeout = config.getoption("--request-timeout")
     if timeout is not None or program is not None:
         from fakeshard.testing._program import command_problem, request_timeout_problem
