@@ -104,15 +104,6 @@ class ReleasesOnlyAtTail(Coordinator):
         self.route[-1].release(session_id, s.epoch)
 
 
-class RestartsInPlace(Coordinator):
-    """Restarts a crashed node and keeps it in the route, as if its cache survived: the other
-    sessions go on decoding there."""
-
-    def reroute(self, stage: int) -> None:
-        self.route[stage].restart()
-        self.reroutes += 1
-
-
 class ForgetsEpochOnReuse(Coordinator):
     """Starts a reused session id at epoch 0 again, under the old session's fence."""
 
@@ -194,8 +185,6 @@ PLANTED = (
                        "the old route's cache never released"),
     PlantedCoordinator("feeds_last_token_twice", FeedsLastTokenTwice, "feeding the last token twice"),
     PlantedCoordinator("releases_only_at_tail", ReleasesOnlyAtTail, "release only at the tail"),
-    PlantedCoordinator("restarts_in_place", RestartsInPlace,
-                       "restarting a crashed node and keeping it in the route as if its cache survived"),
     PlantedCoordinator("forgets_epoch_on_reuse", ForgetsEpochOnReuse,
                        "a reused session id started at epoch 0 under the old fence"),
     PlantedCoordinator("replays_released_sessions", ReplaysReleasedSessions,

@@ -184,13 +184,34 @@ class CallLog:
     violations: list[str] = field(default_factory=list)
     #: (node, op, session, epoch, outcome) of the current step's calls.
     current: list[tuple[int, str, Any, Any, str]] = field(default_factory=list)
+    #: Failures in the whole run so far: calls that failed by a fault, and crashes between steps.
+    failures: int = 0
+    #: Each session's :attr:`failures` when its latest step began.
+    began: dict[str, int] = field(default_factory=dict)
+    #: During a step, each session's :attr:`failures` when its step before this one began: a
+    #: cache miss of the session is excused when a failure happened since (see :meth:`record`).
+    since: dict[str, int] = field(default_factory=dict)
 
-    def new_step(self) -> None:
+    def new_step(self, session_id: Optional[str] = None) -> None:
         self.calls, self.faults, self.node_seconds, self.current = 0, 0, 0.0, []
+        self.since = dict(self.began)
+        if session_id is not None:
+            self.began[session_id] = self.failures
+
+    def crashed(self) -> None:
+        """A node crashed between steps: a failure, as one a call meets."""
+        self.failures += 1
 
     def record(self, node: int, op: str, session_id: Any, epoch: Any, outcome: str, seconds: float) -> None:
         self.calls += 1
-        self.faults += outcome in FAULT_OUTCOMES
+        if outcome in FAULT_OUTCOMES:
+            self.faults += 1
+            self.failures += 1
+        elif outcome == "cache_miss" and isinstance(session_id, str) and self.failures > self.since.get(session_id, 0):
+            # A failure since the session's previous step began (anywhere: a crash between steps,
+            # another session's failing call) may have wiped its cache or moved its route; a
+            # coordinator may learn so lazily, from this miss, and recover from it like any failure.
+            self.faults += 1
         self.node_seconds += seconds
         self.current.append((node, op, session_id, epoch, outcome))
         probes.record([f"coordinator:call:{outcome}", f"code:{outcome}"])
@@ -325,12 +346,13 @@ class CoordinatorRunner:
         op = step["op"]
         self._check_step(step)
         self.trace.steps.append(step)
-        self.log.new_step()
+        self.log.new_step(step.get("session_id"))
         started = self.clock.now()
         outcome: dict[str, Any] = {"outcome": "ok"}
         try:
             if op == "crash":
                 self.engines[step["node"]].crash()
+                self.log.crashed()
             else:
                 outcome = self._coordinate(op, step["session_id"], step)
         except Divergence:
