@@ -12,6 +12,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from fakeshard import TokenBundle
 from fakeshard.testing._async_coordinator import CALL_TIMEOUT, AsyncCoordinator
 
 
@@ -78,6 +79,28 @@ class ForgetsEpochOnReuse(AsyncCoordinator):
         await super().start(session_id, prompt)
 
 
+class ReplaysWithoutAFailure(AsyncCoordinator):
+    """Re-caches every session after each token: the history but the new token replayed at a
+    new epoch over the route before the request returns, one more pass with no failure to
+    answer.  (Requests a client sends back to back once shared their budgets: this passed.)"""
+
+    async def next_token(self, session_id: str) -> int:
+        token = await super().next_token(session_id)
+        async with self._lock(session_id):
+            s = self.sessions[session_id]
+            route = self._route(s)
+            if route is not None:
+                s.epoch += 1
+                self.epochs[session_id] = s.epoch
+                history = s.history[:-1]
+                try:
+                    await self._through(s, route, "prefill", TokenBundle(session_id, s.epoch, 0, tuple(history)),
+                                        self.call_timeout)
+                except Exception:
+                    s.needs_replay = True
+        return token
+
+
 @dataclass(frozen=True)
 class PlantedAsync:
     name: str
@@ -102,6 +125,7 @@ PLANTED = (
     PlantedAsync("keeps_nodes_that_left", KeepsNodesThatLeft, "a node that left kept in the routes"),
     PlantedAsync("releases_only_at_tail", ReleasesOnlyAtTail, "release only at the tail"),
     PlantedAsync("forgets_epoch_on_reuse", ForgetsEpochOnReuse, "a reused session id started at epoch 0 again"),
+    PlantedAsync("replays_without_a_failure", ReplaysWithoutAFailure, "a replay on every request, without a failure"),
 )
 
 for _p in PLANTED:  # each by name, for --coordinator planted.async_coordinators:<name>

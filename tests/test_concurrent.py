@@ -32,6 +32,7 @@ from fakeshard.testing._machines import MachineConfig
 from fakeshard.testing._sim import Deadlock, Nemesis, World, new_loop
 from fakeshard.testing._trace import Trace
 from planted.async_coordinators import PLANTED
+from tests.sound_coordinators import ReleasesWhereverItWent, SharesOneRouteTable
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ShardSpec("sim-test", 2, 0, 2, hidden_size=4, vocab_size=64)
@@ -252,6 +253,7 @@ EXPECTED = {
     "keeps_nodes_that_left": {"gone_node"},
     "releases_only_at_tail": {"release", "leak"},
     "forgets_epoch_on_reuse": {"budget", "gave_up", "raised"},
+    "replays_without_a_failure": {"budget"},
 }
 
 
@@ -371,6 +373,57 @@ def test_a_coordinator_that_cancels_what_a_failed_attempt_left_passes_a_ci_campa
     # It met failures and sent its cancels into them (a cancel a fault answered is one it sent).
     assert total.failure is None and total.reached["sim:replay_new_epoch"]
     assert any(key.startswith("sim:fault:") and key.endswith(":cancel") for key in total.reached)
+
+
+@pytest.mark.slow
+def test_a_coordinator_that_learns_of_a_moved_route_from_a_cache_miss_passes_a_ci_campaign():
+    total = _ci_campaign(SharesOneRouteTable)
+    # Sessions met the new node's cache miss and recovered from it.
+    assert total.failure is None and total.reached["code:cache_miss"] and total.reached["sim:reroute"]
+
+
+@pytest.mark.slow
+def test_a_coordinator_that_releases_on_nodes_that_left_passes_a_ci_campaign():
+    total = _ci_campaign(ReleasesWhereverItWent)
+    assert total.failure is None and total.reached["sim:nemesis:leave"] and total.reached["sim:churn_mid_session"]
+
+
+def test_a_cache_miss_after_a_failure_in_another_request_counts_as_a_failure():
+    # Session b's decode on n0 is held past the call timeout: the shared route table moves to
+    # n1, and session a, back to back, meets n1's cache miss in its next request and replays.
+    sc = Scenario(seed=5, stages=1, replicas=2, capacity=None,
+                  plans=(FaultPlan((FaultRule(Delay(3.0), op="decode", session_id="b"),)), FaultPlan()),
+                  clients=(Client("a", 0.0, (Round([1, 2], 150),)), Client("b", 0.01, (Round([3], 2),))))
+    run = run_scenario(FakeShardEngine, sc, SharesOneRouteTable)
+    assert run.failure is None, run.failure
+    assert any(c["session_id"] == "a" and c["outcome"] == "cache_miss" and not c["after_wipe"] for c in run.calls)
+    # Without a failure anywhere, the same miss and replay are one pass too many.
+    quiet = Scenario(seed=5, stages=1, replicas=2, capacity=None, plans=(FaultPlan(), FaultPlan()),
+                     clients=(Client("a", 0.0, (Round([1, 2], 3),)),))
+    run = run_scenario(FakeShardEngine, quiet, MovesWithoutAFailure)
+    assert run.check == "budget" and "made 2 compute calls with 0 failures" in run.failure, run.failure
+
+
+class MovesWithoutAFailure(SharesOneRouteTable):
+    """Moves the route table to the next replica after every token, with no failure to answer."""
+
+    async def next_token(self, session_id):
+        token = await super().next_token(session_id)
+        self.table = [stage[(stage.index(node) + 1) % len(stage)] for stage, node in zip(self.stages, self.table)]
+        return token
+
+
+def test_cleanup_on_a_node_that_left_is_allowed_and_compute_there_is_not():
+    scenario = Scenario(seed=3, stages=1, replicas=2, capacity=None, plans=(FaultPlan(), FaultPlan()),
+                        clients=(Client("a", 0.0, (Round([1, 2], 4, pause=0.5),)),),
+                        nemesis=(Nemesis(0.05, "leave", node=0),))
+    run = run_scenario(FakeShardEngine, scenario, ReleasesWhereverItWent)
+    assert run.failure is None, run.failure
+    told = next(e["t"] for e in run.events if e["event"] == "nemesis" and e["kind"] == "leave")
+    assert any(c["node"] == 0 and c["op"] == "release" and c["sent"] > told for c in run.calls)
+    kept = next(p.cls for p in PLANTED if p.name == "keeps_nodes_that_left")
+    caught = run_scenario(FakeShardEngine, scenario, kept)
+    assert caught.check == "gone_node" and "it is still in a route" in caught.failure, caught.failure
 
 
 def test_a_plan_fault_that_changed_nothing_is_reported_and_one_that_did_is_not():

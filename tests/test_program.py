@@ -503,6 +503,16 @@ def test_the_node_example_passes_a_ci_campaign(tmp_path):
     assert config.runs == 20 and total.next_requests > 0 and not config.failures
 
 
+def test_a_lazy_program_that_releases_on_nodes_that_left_passes_a_ci_campaign(tmp_path):
+    """No false alarm: one route table, sessions that learn of a moved route from a cache miss,
+    and releases on every node a session went to, nodes that left included."""
+    program = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'sound_coordinators.py'))} " \
+              "LazyAndReleasesWhereverItWent"
+    config, total = _campaign(program, tmp_path)
+    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+    assert total.reached["code:cache_miss"] and total.reached["sim:churn_mid_session"]
+
+
 def _planted(name: str) -> str:
     path = shlex.quote(str(PLANTED / name))
     return f"node {path}" if name.endswith(".mjs") else f"{shlex.quote(sys.executable)} {path}"

@@ -21,7 +21,8 @@ What is checked, as each request completes and at the end:
   cannot be reached; the end-of-run check below catches what stays there).  From
   then on, until the id starts again, no node is sent a ``prefill`` or ``decode``
   for it (a late ``release`` or ``cancel`` is cleanup, which a coordinator may have
-  to finish where a node was unreachable).
+  to finish where a node was unreachable).  Likewise no ``prefill`` or ``decode`` is
+  sent to a node after ``on_nodes_changed`` returned without it (cleanup there is allowed).
 * **Budget.**  A completed request made at most the calls of the budget of
   :func:`fakeshard.testing._coordinator_machine.call_budget` for its session (sent
   while it was in flight; requests of one session that overlap share their
@@ -30,7 +31,8 @@ What is checked, as each request completes and at the end:
   coordinator controls (:data:`fakeshard.testing._sim.FAULT_OUTCOMES`), a call its
   caller stopped waiting for before it ended (counted then), nemesis
   events, and a cache miss of its session on a node that lost its memory since
-  the session's last call there.  ``GaveUp`` only when ``F`` exceeds
+  the session's last call there, or after a failure anywhere since the session's
+  previous request began (which may have moved its route).  ``GaveUp`` only when ``F`` exceeds
   :data:`GIVE_UP_AFTER`.  A request left unanswered for :data:`REQUEST_TIMEOUT`
   seconds fails the run.
 * **At the end** (the workload done, the nemesis schedule over, and
@@ -251,6 +253,10 @@ class _Request:
     outcome: str = "pending"
     token: Optional[int] = None
     error: str = ""
+    #: Where its invocation and its completion stand among the run's (one count for both): the
+    #: order in which they happened, which the loop's time does not tell apart at one instant.
+    invoked_at: int = 0
+    returned_at: Optional[int] = None
 
 
 @dataclass
@@ -330,6 +336,7 @@ class _Runner:
         self.streams = ReferenceStreams(factory, self.spec, scenario.engine_seed)
         self.run = Run()
         self.rids = itertools.count()
+        self.moments = itertools.count()
         self.open: dict[str, list[_Request]] = {}
         #: Each session's completed requests, in order.
         self.done: dict[str, list[_Request]] = {}
@@ -433,7 +440,7 @@ class _Runner:
     async def _request(self, sid: str, op: str, *args: Any, prompt: list[int], got: list[int]) -> bool:
         """One request; whether it succeeded.  Judged when it completes."""
         loop = asyncio.get_running_loop()
-        req = _Request(next(self.rids), sid, op, loop.time())
+        req = _Request(next(self.rids), sid, op, loop.time(), invoked_at=next(self.moments))
         self.open.setdefault(sid, []).append(req)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -464,6 +471,7 @@ class _Runner:
         except Exception as exc:  # judged below: only a raced next_token may end so
             req.outcome, req.error = "raised", f"{type(exc).__name__}: {exc}"
         req.returned = loop.time()
+        req.returned_at = next(self.moments)
         self.open[sid].remove(req)
         self.in_flight -= 1
         self.world.record("complete", request=req.rid, session=sid, op=op, outcome=req.outcome, token=req.token)
@@ -499,11 +507,28 @@ class _Runner:
                                  f"at t={call.sent:g}, after its release returned at t={since:g}")
             if call.op == "prefill" and call.start_pos == 0 and call.outcome == "ok" and call.epoch:
                 reached["sim:replay_new_epoch"] += 1
-        if node.told_gone is not None and call.sent >= node.told_gone + self.world.gone_grace:
-            self._fail_later("gone_node", f"node {node.name} was sent {call.op} at t={call.sent:g}, after the "
-                             f"coordinator was told (t={node.told_gone:g}) that it left the cluster")
-        if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and call.after_wipe):
+        if (call.op in ("prefill", "decode") and node.told_gone is not None
+                and call.sent >= node.told_gone + self.world.gone_grace):
+            # Compute sent there means the node is still in a route.  Cleanup (cancel, release)
+            # is not: like a late release after a partition, it frees what the node may hold,
+            # and on a node that left it harms nothing.
+            self._fail_later("gone_node", f"node {node.name} was sent {call.op} for session {sid!r} at "
+                             f"t={call.sent:g}, after the coordinator was told (t={node.told_gone:g}) that it "
+                             "left the cluster: it is still in a route")
+        if call.outcome in FAULT_OUTCOMES or (call.outcome == "cache_miss" and self._excused(call)):
             bisect.insort(self.fault_times, self.world.known_at(call))
+
+    def _excused(self, call: Call) -> bool:
+        """Whether a cache miss is a failure no coordinator controls: its node lost its memory
+        since the session's last call there, or a failure happened anywhere since the
+        session's previous request began (it may have moved the session's route: a coordinator
+        may learn so lazily, from this miss, and recover as from any failure)."""
+        sid = call.session_id
+        if call.after_wipe or not isinstance(sid, str):
+            return call.after_wipe
+        first_open = min((r.invoked for r in self.open.get(sid, ())), default=call.sent)
+        since = max((r.invoked for r in self.done.get(sid, [])[-3:] if r.invoked < first_open), default=0.0)
+        return self._faults_between(since, self.world.known_at(call)) > 0
 
     def _abandoned(self, call: Call, at: float) -> None:
         """A call its caller stopped waiting for (its own timeout on a late answer) failed, for
@@ -583,8 +608,14 @@ class _Runner:
         assert req.returned is not None
         # A session's requests overlap one another only while a release races a next_token: the
         # last few completed ones are all that can.
+        # In the order things happened, not by the clock: a request invoked after the one before
+        # it returned (a client's next request, sent at the instant the last answer arrived) does
+        # not overlap it, while a release sent at the instant its session's next_token ended, but
+        # before it did, does.
+        assert req.returned_at is not None
         return [r for r in self.done.get(req.session_id, [])[-3:] + self.open.get(req.session_id, [])
-                if r is not req and r.invoked <= req.returned and (r.returned is None or r.returned >= req.invoked)]
+                if r is not req and r.invoked_at < req.returned_at
+                and (r.returned_at is None or r.returned_at > req.invoked_at)]
 
     def _check_budget(self, req: _Request, overlapping: list[_Request], faults: int) -> None:
         problem = self._budget_problem(req, overlapping, faults)
