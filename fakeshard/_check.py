@@ -161,8 +161,23 @@ def _need_kit() -> None:
         raise CheckError(f"the campaign needs {', '.join(missing)}: pip install 'fakeshard[test]'")
 
 
+#: The modules of the ``serve`` extra: the nodes on real sockets, their HTTP clients and metrics.
+SERVE_MODULES = ("aiohttp", "httptools", "httpx", "prometheus_client")
+
+
+def _need_serve(why: str) -> None:
+    """``why`` serves nodes on real sockets, which needs the extra ``serve``: refused before
+    anything runs, never reported as a failure the campaign found."""
+    missing = [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CheckError(f"{why} needs the serve extra ({', '.join(missing)} missing): "
+                         "python3 -m pip install 'fakeshard[serve]' (in a checkout: pip install -e '.[serve]')")
+
+
 def _validate(options: CheckOptions) -> tuple[str, Any]:
     _need_kit()
+    if options.coordinator_cmd is not None or PROGRAM_MACHINE in options.machines:
+        _need_serve("the program machine (--coordinator-cmd) serves its nodes on loopback and")
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
     unknown = [m for m in options.machines if m not in ALL_MACHINES]

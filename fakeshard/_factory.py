@@ -62,6 +62,11 @@ def import_callable(name: str, what: str, error: type[Exception] = FactoryError)
     """Import ``module:callable`` (the callable may be dotted), or raise ``error`` naming
     ``what`` it was meant to be and what went wrong, in one line."""
     module_name, sep, attr = name.partition(":")
+    looks_like = ("a URL" if "://" in name else
+                  "a path" if "/" in name or "\\" in name or name.endswith((".py", ".json", ".mjs")) else "")
+    if looks_like:
+        raise error(f"{what} {name!r} looks like {looks_like}; it takes a Python callable as module:callable "
+                    "(a module on the import path, such as mypkg.adapter:make)")
     if not sep or not module_name or not attr:
         raise error(f"{what} {name!r} is not of the form module:callable")
     try:
