@@ -48,7 +48,8 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
                         "under the checkout or else the current folder)")
     p.add_argument("--traces", type=Path, default=None,
                    help="where failing machines save reduced traces (default: $FAKESHARD_TRACES_DIR, else "
-                        "stateful/regressions in the checkout, else .fakeshard/traces)")
+                        ".fakeshard/traces for your own coordinator's or program's, else stateful/regressions "
+                        "in the checkout, else .fakeshard/traces)")
     p.add_argument("--min-branch-coverage", type=float, default=None,
                    help="fail if branch coverage of fakeshard/ from the campaign (machines and engine checks) "
                         "is below this percent")

@@ -66,12 +66,19 @@ def machine_settings() -> Settings:
     return Settings(default, **overrides)
 
 
-def traces_dir() -> Path:
-    """``$FAKESHARD_TRACES_DIR``, else the saved regressions folder."""
+#: Where traces of a user's own coordinator go by default: under the working folder.
+USER_TRACES = Path(".fakeshard", "traces")
+
+
+def traces_dir(users_coordinator: bool = False) -> Path:
+    """``$FAKESHARD_TRACES_DIR``, else the saved regressions folder; for a trace of a user's own
+    coordinator (a program, or a factory other than the kit's), ``.fakeshard/traces`` in the
+    working folder: such a trace replays only with that coordinator, so it never lands among a
+    checkout's regressions (which replay on the engine alone) unless asked for."""
     from fakeshard.testing._trace import REGRESSIONS
 
     chosen = os.environ.get("FAKESHARD_TRACES_DIR")
-    return Path(chosen) if chosen else REGRESSIONS
+    return Path(chosen) if chosen else USER_TRACES if users_coordinator else REGRESSIONS
 
 
 def worker_index() -> int:

@@ -63,6 +63,15 @@ def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
         again = replay_parallel(trace, factory)
         return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,
                             "NotLinearizable" if again.failed else None)
+    if trace.machine == "concurrent":
+        from fakeshard.testing._concurrent import replay_concurrent
+
+        run = replay_concurrent(trace, factory, tolerance=tolerance).run
+        return ReplayResult(trace, run.failure is not None, 1 if run.failure else None, run.failure,
+                            "ConcurrentFailure" if run.failure else None)
+    if trace.machine == "program":
+        raise ValueError("a program machine's trace replays with its program: fakeshard replay TRACE "
+                         "--coordinator-cmd CMD")
     runner = _runner_for(trace, factory, factory_name, tolerance)
     first: Optional[int] = None
     message: Optional[str] = None

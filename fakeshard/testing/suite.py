@@ -28,7 +28,11 @@ from fakeshard.testing._parallel import run_parallel
 from fakeshard.testing._program import ProgramSettings, run_program
 from fakeshard.testing._regress import run_machine
 from fakeshard.testing._surface import SurfaceMachine
-from fakeshard.testing.plugin import RUN
+from fakeshard.testing.plugin import DEFAULT_COORDINATOR, RUN
+
+#: The kit's own coordinators: their traces replay on an engine alone, among a checkout's regressions.
+KIT_COORDINATORS = frozenset({DEFAULT_COORDINATOR, "fakeshard.testing:reference_async",
+                              "fakeshard.testing._async_coordinator:reference_async"})
 
 __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "test_machine",
            "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel", "test_machine_program"]
@@ -93,7 +97,7 @@ def test_machine_coordinator(engine_factory, engine_factory_name, coordinator_fa
     failed = True
     try:
         run_machine(CoordinatorMachine, config, settings=machine_settings(), seed=worker_seed(),
-                    save_dir=traces_dir())
+                    save_dir=traces_dir(request.config.stash[RUN].coordinator_name not in KIT_COORDINATORS))
         failed = False
     finally:
         reached = probes.reached - before
@@ -115,6 +119,7 @@ def test_machine_concurrent(engine_factory, engine_factory_name, coordinator_fac
     run = request.config.stash[RUN]
     _many_sessions(request, engine_factory, engine_factory_name, "concurrent",
                    lambda config, **kwargs: run_concurrent(config, **kwargs),
+                   users_coordinator=run.coordinator_name not in KIT_COORDINATORS,
                    coordinator=coordinator_factory, coordinator_name=run.coordinator_name)
 
 
@@ -129,10 +134,12 @@ def test_machine_program(engine_factory, engine_factory_name, request):
     timeout = request.config.getoption("--request-timeout")
     program = ProgramSettings() if timeout is None else ProgramSettings(request_timeout=timeout)
     _many_sessions(request, engine_factory, engine_factory_name, "program",
-                   lambda config, **kwargs: run_program(config, command, program=program, **kwargs))
+                   lambda config, **kwargs: run_program(config, command, program=program, **kwargs),
+                   users_coordinator=True)
 
 
-def _many_sessions(request, engine_factory, engine_factory_name, machine, campaign, **config_kwargs):
+def _many_sessions(request, engine_factory, engine_factory_name, machine, campaign, users_coordinator,
+                   **config_kwargs):
     """Run a campaign of many sessions in flight (``campaign(config, settings=, save_dir=, seed=,
     availability=)``), reported as the machine ``machine``; its failure is the test's."""
     run = request.config.stash[RUN]
@@ -142,7 +149,8 @@ def _many_sessions(request, engine_factory, engine_factory_name, machine, campai
     before = probes.reached.copy()
     failed, notes, failure = True, [], None
     try:
-        total = campaign(config, settings=machine_settings(), save_dir=traces_dir(), seed=worker_seed(),
+        total = campaign(config, settings=machine_settings(), save_dir=traces_dir(users_coordinator),
+                         seed=worker_seed(),
                          availability=request.config.getoption("--availability"))
         failed = False
         notes = total.notes()
