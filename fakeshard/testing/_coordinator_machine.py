@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -186,17 +187,11 @@ class CallLog:
     current: list[tuple[int, str, Any, Any, str]] = field(default_factory=list)
     #: Failures in the whole run so far: calls that failed by a fault, and crashes between steps.
     failures: int = 0
-    #: Each session's :attr:`failures` when its latest step began.
-    began: dict[str, int] = field(default_factory=dict)
-    #: During a step, each session's :attr:`failures` when its step before this one began: a
-    #: cache miss of the session is excused when a failure happened since (see :meth:`record`).
-    since: dict[str, int] = field(default_factory=dict)
+    #: How many of each session's cache misses the run's failures have excused.
+    excused: Counter[str] = field(default_factory=Counter)
 
-    def new_step(self, session_id: Optional[str] = None) -> None:
+    def new_step(self) -> None:
         self.calls, self.faults, self.node_seconds, self.current = 0, 0, 0.0, []
-        self.since = dict(self.began)
-        if session_id is not None:
-            self.began[session_id] = self.failures
 
     def crashed(self) -> None:
         """A node crashed between steps: a failure, as one a call meets."""
@@ -207,10 +202,13 @@ class CallLog:
         if outcome in FAULT_OUTCOMES:
             self.faults += 1
             self.failures += 1
-        elif outcome == "cache_miss" and isinstance(session_id, str) and self.failures > self.since.get(session_id, 0):
-            # A failure since the session's previous step began (anywhere: a crash between steps,
-            # another session's failing call) may have wiped its cache or moved its route; a
-            # coordinator may learn so lazily, from this miss, and recover from it like any failure.
+        elif outcome == "cache_miss" and isinstance(session_id, str) and self.failures > self.excused[session_id]:
+            # A failure anywhere in the run (a crash between steps, another session's failing call)
+            # may have wiped the session's cache or moved its route, then or at a later step, and a
+            # coordinator may learn so lazily, from this miss, and recover as from any failure.
+            # Each failure excuses one miss of each session: a route moved for nothing, or again
+            # and again for one failure, is still the coordinator's.
+            self.excused[session_id] += 1
             self.faults += 1
         self.node_seconds += seconds
         self.current.append((node, op, session_id, epoch, outcome))
@@ -346,7 +344,7 @@ class CoordinatorRunner:
         op = step["op"]
         self._check_step(step)
         self.trace.steps.append(step)
-        self.log.new_step(step.get("session_id"))
+        self.log.new_step()
         started = self.clock.now()
         outcome: dict[str, Any] = {"outcome": "ok"}
         try:
