@@ -311,14 +311,12 @@ def _examples_of(machine: str, options: CheckOptions) -> int:
     """The examples ``machine`` runs in the campaign ``options`` asks for (a campaign of many
     sessions runs fewer, each a whole scenario): the progress bar's share of it."""
     examples = options.examples or _PROFILE_EXAMPLES[options.profile]
-    if machine == "concurrent":
-        from fakeshard.testing._concurrent import scenarios_for
-
-        return scenarios_for(examples)
-    if machine == PROGRAM_MACHINE:
+    if machine in ("concurrent", PROGRAM_MACHINE):
+        from fakeshard.testing._concurrent import scenarios_for, targeted
         from fakeshard.testing._program import program_scenarios_for
 
-        return program_scenarios_for(examples)
+        drawn = scenarios_for(examples) if machine == "concurrent" else program_scenarios_for(examples)
+        return len(targeted()) + drawn  # the targeted scenarios run first, then the drawn ones
     return examples
 
 
@@ -435,9 +433,9 @@ SUMMARY_HEADER = ("machine", "examples", "steps", "probes", "faults fired", "err
 def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
     """What a machine is counted against: a coordinator machine its own situations, an engine
     machine the probes ``required``."""
-    from fakeshard.testing._probes import COORDINATOR_SITUATIONS, SITUATIONS
+    from fakeshard.testing._probes import COORDINATOR_SITUATIONS, PROGRAM_SITUATIONS, SITUATIONS
 
-    return frozenset({"concurrent": SITUATIONS, PROGRAM_MACHINE: SITUATIONS,
+    return frozenset({"concurrent": SITUATIONS, PROGRAM_MACHINE: PROGRAM_SITUATIONS,
                       "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
 
 
@@ -457,10 +455,24 @@ def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
     return rows
 
 
+def unreached_situations(result: CheckResult) -> list[str]:
+    """A line per coordinator machine that left situations it counts unreached: the places the
+    campaign did not test the coordinator."""
+    lines = []
+    for m in result.machines:
+        if m["machine"] not in ("concurrent", PROGRAM_MACHINE, "coordinator"):
+            continue
+        missed = sorted(own_probes(m["machine"], frozenset()) - set(m["probes"]))
+        if missed:
+            lines.append(f"{m['machine']}: warning: {len(missed)} situations not reached, so not tested: "
+                         f"{', '.join(missed)}")
+    return lines
+
+
 def summary_table(result: CheckResult) -> str:
     """The campaign's results as a plain-text table."""
     notes = [f"{m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
-    return "\n".join([text_table(SUMMARY_HEADER, summary_rows(result))] + notes)
+    return "\n".join([text_table(SUMMARY_HEADER, summary_rows(result))] + unreached_situations(result) + notes)
 
 
 def required_probes(longest: Optional[int] = None) -> frozenset[str]:

@@ -101,6 +101,13 @@ class ReplaysWithoutAFailure(AsyncCoordinator):
         return token
 
 
+class PassesAnswersUnchecked(AsyncCoordinator):
+    """Passes every stage's answer on unchecked, and takes the tail's token as it comes."""
+
+    def _problem(self, node: Any, request: Any, n: int, out: Any, *, last: bool) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class PlantedAsync:
     name: str
@@ -125,6 +132,7 @@ PLANTED = (
     PlantedAsync("keeps_nodes_that_left", KeepsNodesThatLeft, "a node that left kept in the routes"),
     PlantedAsync("releases_only_at_tail", ReleasesOnlyAtTail, "release only at the tail"),
     PlantedAsync("forgets_epoch_on_reuse", ForgetsEpochOnReuse, "a reused session id started at epoch 0 again"),
+    PlantedAsync("passes_answers_unchecked", PassesAnswersUnchecked, "a node's malformed answer passed on"),
     PlantedAsync("replays_without_a_failure", ReplaysWithoutAFailure, "a replay on every request, without a failure"),
 )
 

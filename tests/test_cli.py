@@ -213,10 +213,11 @@ def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkey
         capsys.readouterr()
 
 
-@pytest.mark.parametrize("machines, runs", [(("program",), 20), (("concurrent",), 100), (("sessions", "program"), 520)])
+@pytest.mark.parametrize("machines, runs", [(("program",), 23), (("concurrent",), 103), (("sessions", "program"), 523)])
 def test_the_progress_bar_of_a_finished_ci_campaign_is_full(tmp_path, machines, runs):
-    # A ci campaign runs 500 examples of an engine machine, 100 scenarios of the concurrent
-    # machine and 20 of the program machine (docs/contract.md): each is its whole share.
+    # A ci campaign runs 500 examples of an engine machine, 100 drawn scenarios of the concurrent
+    # machine and 20 of the program machine, each after the 3 targeted ones (docs/contract.md):
+    # each is its whole share.
     import json
     import time
 

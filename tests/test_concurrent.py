@@ -4,6 +4,7 @@ async coordinators it must catch."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -26,6 +27,7 @@ from fakeshard.testing._concurrent import (
     run_scenario,
     scenarios,
     stop_tasks,
+    targeted,
 )
 from fakeshard.testing._coordinator_machine import CoordinatorError, CoordinatorRunner, load_coordinator, reference
 from fakeshard.testing._machines import MachineConfig
@@ -247,13 +249,14 @@ def test_the_history_does_not_depend_on_the_process_or_its_hash_seed():
 # -- testing the tester ---------------------------------------------------------------------------------
 
 EXPECTED = {
-    "releases_without_waiting": {"after_release", "release", "budget"},
+    "releases_without_waiting": {"after_release", "release", "budget", "leak"},
     "replays_at_same_epoch": {"gave_up", "stream", "budget", "raised"},
     "never_times_out": {"unanswered"},
     "keeps_nodes_that_left": {"gone_node"},
     "releases_only_at_tail": {"release", "leak"},
     "forgets_epoch_on_reuse": {"budget", "gave_up", "raised"},
     "replays_without_a_failure": {"budget"},
+    "passes_answers_unchecked": {"stream", "leak"},
 }
 
 
@@ -411,6 +414,43 @@ class MovesWithoutAFailure(SharesOneRouteTable):
         token = await super().next_token(session_id)
         self.table = [stage[(stage.index(node) + 1) % len(stage)] for stage, node in zip(self.stages, self.table)]
         return token
+
+
+def _planted(name):
+    return next(p.factory() for p in PLANTED if p.name == name)
+
+
+def test_the_targeted_scenarios_catch_a_coordinator_with_no_call_timeout_and_say_why():
+    hang, answers, prefills = targeted()
+    assert run_scenario(FakeShardEngine, hang, reference_async).failure is None
+    run = run_scenario(FakeShardEngine, hang, _planted("never_times_out"))
+    assert run.check == "unanswered"
+    assert "swallowed by a partition that hangs" in run.failure and "with no timeout waits for ever" in run.failure
+
+
+def test_the_targeted_scenarios_catch_answers_taken_unchecked_and_name_the_session_held():
+    _, answers, _ = targeted()
+    assert run_scenario(FakeShardEngine, answers, reference_async).failure is None
+    run = run_scenario(FakeShardEngine, answers, _planted("passes_answers_unchecked"))
+    assert run.check == "stream" and "is 64" in run.failure  # the tail's token outside the vocabulary
+    # Without the tail's bad token, the middle's answer for session 's0~' leaves its cache on the tail.
+    middle_only = dataclasses.replace(answers, plans=answers.plans[:2] + (FaultPlan(),))
+    run = run_scenario(FakeShardEngine, middle_only, _planted("passes_answers_unchecked"))
+    assert run.check == "leak", run.failure
+    assert "node n2 holds 3 positions (session 's0~' live at epoch 0 with 3 cached positions, a session no " \
+           "client opened)" in run.failure
+    assert run_scenario(FakeShardEngine, middle_only, reference_async).failure is None
+
+
+def test_every_campaign_runs_the_targeted_scenarios_first_and_they_reach_what_draws_rarely_do():
+    from fakeshard.testing._probes import SITUATIONS
+
+    reached = set()
+    for sc in targeted():
+        reached |= set(run_scenario(FakeShardEngine, sc, reference_async).reached)
+    for situation in ("sim:call:hung", "sim:call:refused", "sim:call:crashed_mid_call", "sim:gave_up",
+                      "sim:fault:Delay:prefill", "sim:fault:MemoryPressure:prefill", "sim:fault:Malformed:prefill"):
+        assert situation in reached and situation in SITUATIONS
 
 
 def test_cleanup_on_a_node_that_left_is_allowed_and_compute_there_is_not():

@@ -492,15 +492,21 @@ def _campaign(command: str, tmp_path: Path, **kwargs):
     return config, run_program(config, command, settings=profiles.get("ci"), save_dir=tmp_path, **kwargs)
 
 
+#: Situations the targeted scenarios put any program in, whatever its timing.
+TARGETED_SITUATIONS = ("sim:call:hung", "sim:nemesis:partition", "sim:fault:Delay:prefill",
+                       "sim:fault:MemoryPressure:prefill", "sim:fault:Malformed:prefill")
+
+
 def test_the_reference_program_passes_a_ci_campaign(tmp_path):
     config, total = _campaign(REFERENCE, tmp_path)
-    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+    assert config.runs == 23 and total.next_requests > 0 and not config.failures
+    assert all(total.reached[s] for s in TARGETED_SITUATIONS), sorted(total.reached)
 
 
 @needs_node
 def test_the_node_example_passes_a_ci_campaign(tmp_path):
     config, total = _campaign(EXAMPLE, tmp_path)
-    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+    assert config.runs == 23 and total.next_requests > 0 and not config.failures
 
 
 def test_a_lazy_program_that_releases_on_nodes_that_left_passes_a_ci_campaign(tmp_path):
@@ -509,7 +515,7 @@ def test_a_lazy_program_that_releases_on_nodes_that_left_passes_a_ci_campaign(tm
     program = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'sound_coordinators.py'))} " \
               "LazyAndReleasesWhereverItWent"
     config, total = _campaign(program, tmp_path)
-    assert config.runs == 20 and total.next_requests > 0 and not config.failures
+    assert config.runs == 23 and total.next_requests > 0 and not config.failures
     assert total.reached["code:cache_miss"] and total.reached["sim:churn_mid_session"]
 
 
@@ -528,9 +534,13 @@ PLANTED_PROGRAMS = {
     "crossed_answers.py": ("stream",),
     "token_fed_twice.py": ("stream",),
     "release_first_epoch.py": ("release", "leak"),
+    # A malformed answer passed on: the tail's token outside the vocabulary (stream), or the
+    # middle's answer for another session cached on the tail (leak).
+    "unchecked_answers.mjs": ("stream", "leak"),
     # A stale answer gives a wrong token (stream), or its session's id to the next stage's call:
-    # a call for a released session (after_release), or one more pass than failures allow.
-    "stale_answer.mjs": ("stream", "after_release", "budget"),
+    # a call for a released session (after_release), or one more pass than failures allow; it
+    # checks no answer's session, so a middle's answer for another session is cached (leak).
+    "stale_answer.mjs": ("stream", "after_release", "budget", "leak"),
 }
 
 

@@ -209,11 +209,16 @@ class AsyncCoordinator:
                 out = await asyncio.wait_for(getattr(node, op)(bundle), timeout)
             except (ShardError, asyncio.TimeoutError) as exc:
                 raise _StageFailed(i, node, exc) from None
-            problem = answer_problem(node.spec, request, n, out, last=i == len(route) - 1, model=self.model)
+            problem = self._problem(node, request, n, out, last=i == len(route) - 1)
             if problem is not None:
                 raise _StageFailed(i, node, MalformedBundle(f"{node.name} answered {op} with {problem}"))
             bundle = out
         return bundle
+
+    def _problem(self, node: Any, request: TokenBundle, n: int, out: Any, *, last: bool) -> Optional[str]:
+        """How a stage's answer breaks the contract for ``request`` (``None``: it does not): the
+        session, epoch, positions, shape and token range a correct answer has."""
+        return answer_problem(node.spec, request, n, out, last=last, model=self.model)
 
     async def _recover(self, s: _Session, failed: _StageFailed) -> None:
         """After a failed attempt: avoid the node, restart it if it says it is down, drop it from

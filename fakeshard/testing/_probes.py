@@ -95,6 +95,13 @@ SITUATIONS = tuple(
        "sim:release_raced_token", "sim:churn_mid_session", "sim:partition_healed", "sim:gave_up",
        "sim:in_flight:8", "sim:in_flight:32"])
 
+#: The situations the program machine counts: the concurrent machine's but three.  A served node's
+#: call log cannot show a call refused (the connection never reached the node) or cut by a crash
+#: (the node logs it as answered ``engine_crashed``), and a give-up is the program's own choice in
+#: real time (the reference program retries for about 20 s first): each is counted when seen.
+PROGRAM_SITUATIONS = tuple(s for s in SITUATIONS
+                           if s not in ("sim:call:refused", "sim:call:crashed_mid_call", "sim:gave_up"))
+
 #: The situations the coordinator machine reports: each step kind, each call outcome a
 #: coordinator cannot prevent, a step with a failing call, a give-up.
 COORDINATOR_SITUATIONS = tuple(

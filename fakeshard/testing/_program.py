@@ -60,6 +60,7 @@ from fakeshard.testing._concurrent import (
     reduce,
     scenarios,
     stop_tasks,
+    with_targeted,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
 from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
@@ -717,6 +718,10 @@ class _ProgramRunner(_Runner):
                 break
             await asyncio.sleep(0.1)
         await world.recheck(world.calls)  # the history keeps every hang-up the nodes logged
+        for node in world.nodes:  # what a leak holds, by session, for its report
+            if not node.removed and world.used(node):
+                for sid in self.sessions_seen(node):
+                    await world.look(sid)
         self._final()
 
     def _unseen_failures(self, req: Any) -> int:
@@ -779,7 +784,7 @@ class _ProgramRunner(_Runner):
         late = [c.answered - c.sent for c in calls
                 if c.abandoned and c.outcome == "ok" and c.answered is not None]
         if not late:
-            return self.program.silent_output()
+            return self._hung_why(req) or self.program.silent_output()
         return (f"; meanwhile the program hung up on {len(late)} of its {len(calls)} calls for the session "
                 f"though their nodes answered them, in {min(late):.2f} to {max(late):.2f} s: its call "
                 "timeout may be shorter than the nodes take")
@@ -903,6 +908,7 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
         return run_program_scenario(config.factory, sc, command, settings=program, log=last_log[0],
                                     tolerance=config.tolerance)
 
+    @with_targeted(config.hidden_size)
     @Settings(settings, max_examples=program_examples(settings), phases=[Phase.explicit, Phase.generate],
               database=None, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False)
     @given(scenarios(longest=longest, hidden_size=config.hidden_size, modes=("refuse", "hang", "reset")))
