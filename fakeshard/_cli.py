@@ -84,7 +84,21 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
     demo = sub.add_parser("demo", help="run a head/middle/tail pipeline through faults and print each step")
     demo.add_argument("--seed", type=int, default=0, help="engine seed (default 0)")
-    check = sub.add_parser("check", help="run the state-machine campaign under coverage and summarise it")
+    check = sub.add_parser(
+        "check", help="run the state-machine campaign under coverage and summarise it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the kit's campaign: the state machines and the contract's engine checks against an "
+                    "engine factory (--engine), the coordinator machines against a coordinator factory "
+                    "(--coordinator) or a coordinator program in any language (--coordinator-cmd). Prints a "
+                    "table a machine a row, then what was tested and what to do next. A failing run is "
+                    "reduced and saved as a trace, with an HTML timeline beside it.",
+        epilog="examples:\n"
+               "  fakeshard check --workers 2                         # the kit judging its own fixture\n"
+               "  fakeshard check --engine mypkg.adapter:make         # your engine, in process\n"
+               "  fakeshard check --coordinator-cmd 'node router.mjs'  # your coordinator program\n"
+               "\n"
+               "exit codes: 0 passed; 1 a failure found (or a whole ci campaign missed a probe, or coverage\n"
+               "under --min-branch-coverage); 2 a usage error, named in one line before anything runs.")
     add_campaign_options(check)
     replay = sub.add_parser("replay", help="replay saved traces step by step")
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
