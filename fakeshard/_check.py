@@ -426,8 +426,13 @@ def _coverage_reports(out: Path, rc: Path) -> dict[str, Any]:
     }
 
 
-#: The columns of the campaign's table (:func:`summary_rows`).
-SUMMARY_HEADER = ("machine", "examples", "steps", "probes", "faults fired", "error codes seen", "result")
+#: The columns of the campaign's table (:func:`summary_rows`), one meaning each: probes are an
+#: engine machine's (of ``probes.REQUIRED``), situations a coordinator machine's (of its own list);
+#: faults are the plan's five kinds, codes the contract's error codes.
+SUMMARY_HEADER = ("machine", "examples", "steps", "probes", "situations", "fault kinds", "error codes", "result")
+#: The machines that count situations rather than probes, and those that count neither.
+_SITUATION_MACHINES = ("coordinator", "concurrent", PROGRAM_MACHINE)
+_UNCOUNTED = ("surface",)
 
 
 def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
@@ -439,40 +444,106 @@ def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
                       "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
 
 
+def _fired(probes: Counter[str] | dict[str, int], prefix: str) -> list[str]:
+    return sorted(k.split(":", 1)[1] for k in probes if k.startswith(prefix) and k != "code:ok")
+
+
 def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
     """The campaign's results, a row per machine (:data:`SUMMARY_HEADER`)."""
+    from fakeshard._errors import ERROR_CODES
+    from fakeshard.testing._probes import _FAULT_KINDS
+
     required = required_probes(result.longest)
     rows: list[tuple[str, ...]] = []
     for m in result.machines:
         probes = Counter(m["probes"])
-        faults = sorted(k.split(":", 1)[1] for k in probes if k.startswith("fault:"))
-        codes = sorted(k.split(":", 1)[1] for k in probes if k.startswith("code:") and k != "code:ok")
         own = own_probes(m["machine"], required)
-        reached = len([k for k in probes if k in own])
-        outcome = "FAILED: " + ", ".join(m["traces"]) if m["failed"] else "passed"
-        rows.append((m["machine"], str(m["runs"]), str(m["steps"]), f"{reached}/{len(own)}",
-                     ", ".join(faults) or "-", ", ".join(codes) or "-", outcome))
+        counted = f"{len([k for k in probes if k in own])}/{len(own)}"
+        probe_cell, situation_cell = ("-", counted) if m["machine"] in _SITUATION_MACHINES else \
+            ("-", "-") if m["machine"] in _UNCOUNTED else (counted, "-")
+        outcome = f"FAILED ({len(m['traces'])} trace{'s' if len(m['traces']) != 1 else ''})" if m["failed"] \
+            else "passed"
+        rows.append((m["machine"], str(m["runs"]), str(m["steps"]), probe_cell, situation_cell,
+                     f"{len(_fired(probes, 'fault:'))}/{len(_FAULT_KINDS)}",
+                     f"{len(_fired(probes, 'code:'))}/{len(ERROR_CODES)}", outcome))
     return rows
 
 
 def unreached_situations(result: CheckResult) -> list[str]:
-    """A line per coordinator machine that left situations it counts unreached: the places the
+    """A warning per coordinator machine that left situations it counts unreached: the places the
     campaign did not test the coordinator."""
     lines = []
     for m in result.machines:
-        if m["machine"] not in ("concurrent", PROGRAM_MACHINE, "coordinator"):
-            continue
-        missed = sorted(own_probes(m["machine"], frozenset()) - set(m["probes"]))
-        if missed:
-            lines.append(f"{m['machine']}: warning: {len(missed)} situations not reached, so not tested: "
-                         f"{', '.join(missed)}")
+        if m["machine"] in _SITUATION_MACHINES:
+            missed = sorted(own_probes(m["machine"], frozenset()) - set(m["probes"]))
+            if missed:
+                lines.append(f"warning: {m['machine']}: {len(missed)} situations not reached, so not tested there: "
+                             f"{', '.join(missed)}")
     return lines
 
 
 def summary_table(result: CheckResult) -> str:
-    """The campaign's results as a plain-text table."""
-    notes = [f"{m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
-    return "\n".join([text_table(SUMMARY_HEADER, summary_rows(result))] + unreached_situations(result) + notes)
+    """The campaign's results as a plain-text table, then its traces, warnings and information."""
+    import textwrap
+
+    notes = unreached_situations(result)
+    notes += [f"info: {m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
+    lines = [text_table(SUMMARY_HEADER, summary_rows(result))]
+    lines += [f"{m['machine']}: trace {path}" for m in result.machines for path in m["traces"]]
+    lines += [textwrap.fill(note, width=120, subsequent_indent="    ", break_on_hyphens=False) for note in notes]
+    return "\n".join(lines)
+
+
+def what_was_tested(result: CheckResult) -> str:
+    """The closing lines: what the campaign tested, and what to do next."""
+    o = result.options
+    kit_engine = o.engine in ("fakeshard:FakeShardEngine", "fakeshard.real:tiny_engine",
+                              "fakeshard.remote:served_engine")
+    coordinators = set(o.machines) & set(_SITUATION_MACHINES)
+    theirs = [f"engine {o.engine}" + (" (the kit's own)" if kit_engine else "")]
+    if coordinators:
+        theirs.append(f"coordinator program {o.coordinator_cmd!r}" if o.coordinator_cmd else
+                      f"coordinator {o.coordinator}" if o.coordinator else "the kit's reference coordinators")
+    tested = f"tested: {', '.join(theirs)}; evidence class {result.evidence_class}"
+    if kit_engine and not o.coordinator and not o.coordinator_cmd:
+        tested += (" -- the kit judging its own fixture and references, a self-test\n"
+                   "next: point --engine at your engine (module:callable), or --coordinator / "
+                   "--coordinator-cmd at your coordinator")
+    elif result.failed:
+        tested += "\nnext: replay a trace (fakeshard replay TRACE --html OUT.html draws its timeline)"
+    else:
+        tested += "\nnext: a longer campaign, --profile thorough (or dev with --seed, for new draws)"
+    return tested
+
+
+def summary_json(result: CheckResult) -> dict[str, Any]:
+    """The campaign's summary for a program to read (``check --json FILE``; documented in
+    ``docs/how-to/campaigns.md``)."""
+    required = required_probes(result.longest)
+    machines = []
+    for m in result.machines:
+        own = own_probes(m["machine"], required)
+        reached = set(m["probes"])
+        counts = "none" if m["machine"] in _UNCOUNTED else \
+            "situations" if m["machine"] in _SITUATION_MACHINES else "probes"
+        machines.append({
+            "machine": m["machine"], "examples": m["runs"], "steps": m["steps"],
+            "result": "failed" if m["failed"] else "passed", "traces": list(m["traces"]),
+            "counts": counts,
+            "reached": sorted(reached & own) if counts != "none" else [],
+            "missed": sorted(own - reached) if counts != "none" else [],
+            "faults_fired": _fired(m["probes"], "fault:"), "error_codes": _fired(m["probes"], "code:"),
+            "notes": list(m.get("notes", [])),
+        })
+    return {
+        "format": 1, "result": "failed" if result.failed or not result.probes_ok or not result.coverage_ok
+        else "passed",
+        "engine": result.options.engine, "evidence_class": result.evidence_class,
+        "coordinator": result.options.coordinator, "coordinator_cmd": result.options.coordinator_cmd,
+        "profile": result.options.profile, "seed": result.options.seed, "elapsed": round(result.elapsed, 3),
+        "probes_required": result.probes_required, "missing_probes": list(result.missing_probes),
+        "machines": machines,
+    }
 
 
 def required_probes(longest: Optional[int] = None) -> frozenset[str]:

@@ -229,3 +229,66 @@ def test_the_progress_bar_of_a_finished_ci_campaign_is_full(tmp_path, machines, 
     (tmp_path / "campaign" / "m.progress.json").write_text(json.dumps({"runs": runs, "steps": 0, "failures": 0}))
     done = _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
     assert done.startswith("[" + "#" * 24 + "]") and not almost.startswith("[" + "#" * 24 + "]")
+
+
+def _summary_of_every_machine():
+    from fakeshard._check import ALL_MACHINES, CheckOptions, CheckResult
+
+    result = CheckResult(CheckOptions(machines=ALL_MACHINES, coordinator_cmd="node router.mjs"), "fixture", [], 1, 9.0)
+    result.machines = [{"machine": m, "runs": 523, "steps": 123456, "failed": m == "program",
+                        "traces": [".fakeshard/traces/program-0123456789ab.json"] if m == "program" else [],
+                        "probes": {"fault:Crash": 3, "code:engine_crashed": 3, "code:ok": 9, "sim:reroute": 1,
+                                   "position:7": 1},
+                        "notes": ["availability 0.994 (..)"] if m == "concurrent" else []} for m in ALL_MACHINES]
+    return result
+
+
+def test_the_summary_table_fits_120_columns_and_marks_its_notes():
+    from fakeshard._check import summary_table, what_was_tested
+
+    result = _summary_of_every_machine()
+    text = summary_table(result)
+    assert max(len(line) for line in text.splitlines() if "trace" not in line) <= 120, text
+    header = text.splitlines()[0].split()
+    assert header[:4] == ["machine", "examples", "steps", "probes"] and "situations" in header
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:len(result.machines) + 2]}
+    # An engine machine counts probes, a coordinator machine situations, each in its own column.
+    assert rows["sessions"][3].endswith("/192") and rows["sessions"][4] == "-"
+    assert rows["program"][3] == "-" and rows["program"][4] == "1/29" and rows["program"][-2:] == ["(1", "trace)"]
+    assert rows["surface"][3] == rows["surface"][4] == "-"
+    assert "program: trace .fakeshard/traces/program-0123456789ab.json" in text
+    assert "info: concurrent: availability 0.994 (..)" in text
+    assert "warning: program: 28 situations not reached, so not tested there:" in text
+    closing = what_was_tested(result)
+    assert closing.startswith("tested: engine fakeshard:FakeShardEngine (the kit's own), coordinator program "
+                              "'node router.mjs'; evidence class fixture") and "next: replay a trace" in closing
+
+
+def test_the_json_summary_says_what_each_machine_reached_and_missed(tmp_path):
+    from fakeshard._check import summary_json
+    from fakeshard.testing._probes import PROGRAM_SITUATIONS
+
+    data = summary_json(_summary_of_every_machine())
+    assert data["format"] == 1 and data["result"] == "failed" and data["evidence_class"] == "fixture"
+    program = next(m for m in data["machines"] if m["machine"] == "program")
+    assert program["counts"] == "situations" and program["reached"] == ["sim:reroute"]
+    assert sorted(program["reached"] + program["missed"]) == sorted(PROGRAM_SITUATIONS)
+    assert program["faults_fired"] == ["Crash"] and program["error_codes"] == ["engine_crashed"]
+    assert program["result"] == "failed" and program["traces"] == [".fakeshard/traces/program-0123456789ab.json"]
+    sessions = next(m for m in data["machines"] if m["machine"] == "sessions")
+    assert sessions["counts"] == "probes"
+    assert sessions["reached"] == ["code:engine_crashed", "fault:Crash", "position:7"]
+    assert len(sessions["reached"]) + len(sessions["missed"]) == 192
+
+
+def test_check_writes_its_summary_as_json_and_says_what_it_tested(tmp_path):
+    import json
+
+    result = _run("check", "--profile", "dev", "--examples", "3", "--steps", "5", "--machines", "sessions",
+                  "--out", str(tmp_path / "out"), "--json", str(tmp_path / "summary.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["result"] == "passed" and [m["machine"] for m in data["machines"]] == ["sessions"]
+    assert "tested: engine fakeshard:FakeShardEngine (the kit's own)" in result.stdout
+    assert "a self-test" in result.stdout and "next: point --engine at your engine" in result.stdout
+    assert "coverage of fakeshard/" not in result.stdout  # the kit's own coverage, only when asked for

@@ -342,10 +342,11 @@ class Run:
                "requests not stopped by a release answered with a token)"]
         if self.without_effect:
             shown = ", ".join(self.without_effect[:3]) + (", ..." if len(self.without_effect) > 3 else "")
-            out.append(f"{len(self.without_effect)} nemesis events with no effect any node's log shows: {shown}")
+            out.append(f"{len(self.without_effect)} nemesis events with no effect any node's log shows "
+                       f"(drawn where no call met them; not a failure): {shown}")
         if self.quiet_faults:
             kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.quiet_faults.items()))
-            out.append(f"plan faults fired with no effect the node's own log shows: {kinds}")
+            out.append(f"plan faults fired with no effect the node's own log shows (not a failure): {kinds}")
         return out
 
 
