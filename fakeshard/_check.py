@@ -294,7 +294,13 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
 
 
 def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any]:
+    """What the campaign has done so far: its machines' examples, steps, failures and re-runs,
+    and ``done``, the share of it finished.  A machine's share is its examples over what it was
+    asked for, below 100% until it has finished (written its summary: Hypothesis runs some
+    examples beyond ``max_examples``, which it discards as invalid), and 100% once it has: the bar
+    is full when, and only when, every machine is done."""
     totals: dict[str, float] = {"runs": 0, "steps": 0, "failures": 0, "reruns": 0}
+    shares: dict[str, float] = {}
     for path in (out / "campaign").glob("*.progress.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -302,14 +308,21 @@ def _progress(out: Path, options: CheckOptions, started: float) -> dict[str, Any
             continue  # being written
         for key in totals:
             totals[key] += int(data.get(key, 0))
-    totals["target"] = sum(_examples_of(machine, options) for machine in options.machines)
+        machine = data.get("machine", "")
+        finished = path.with_name(path.name.replace(".progress.json", ".summary.json")).exists()
+        share = 1.0 if finished else min(int(data.get("runs", 0)) / max(_examples_of(machine, options), 1), 0.99)
+        shares[machine] = max(shares.get(machine, 0.0), share)
+    targets = {machine: _examples_of(machine, options) for machine in options.machines}
+    totals["target"] = sum(targets.values())
+    totals["done"] = sum(shares.get(m, 0.0) * n for m, n in targets.items()) / max(totals["target"], 1)
     totals["elapsed"] = time.monotonic() - started
     return totals
 
 
 def _examples_of(machine: str, options: CheckOptions) -> int:
     """The examples ``machine`` runs in the campaign ``options`` asks for (a campaign of many
-    sessions runs fewer, each a whole scenario): the progress bar's share of it."""
+    sessions runs fewer, each a whole scenario; the parallel machine half, each program run
+    several times): the progress bar's share of it."""
     examples = options.examples or _PROFILE_EXAMPLES[options.profile]
     if machine in ("concurrent", PROGRAM_MACHINE):
         from fakeshard.testing._concurrent import scenarios_for, targeted
@@ -317,11 +330,13 @@ def _examples_of(machine: str, options: CheckOptions) -> int:
 
         drawn = scenarios_for(examples) if machine == "concurrent" else program_scenarios_for(examples)
         return len(targeted()) + drawn  # the targeted scenarios run first, then the drawn ones
+    if machine == "parallel":
+        return max(examples // 2, 4)  # fakeshard.testing._parallel.ParallelConfig
     return examples
 
 
 def _bar(p: dict[str, Any], width: int = 24) -> str:
-    done = min(p["runs"] / max(p["target"], 1), 1.0)
+    done = p.get("done", min(p["runs"] / max(p["target"], 1), 1.0))
     filled = int(done * width)
     # A failure found in real time is re-run (reduced, then confirmed) before it is reported.
     reruns = f", {p['reruns']} re-runs of a failure found" if p.get("reruns") else ""

@@ -213,22 +213,34 @@ def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkey
         capsys.readouterr()
 
 
-@pytest.mark.parametrize("machines, runs", [(("program",), 23), (("concurrent",), 103), (("sessions", "program"), 523)])
-def test_the_progress_bar_of_a_finished_ci_campaign_is_full(tmp_path, machines, runs):
-    # A ci campaign runs 500 examples of an engine machine, 100 drawn scenarios of the concurrent
-    # machine and 20 of the program machine, each after the 3 targeted ones (docs/contract.md):
-    # each is its whole share.
+@pytest.mark.parametrize("machines, runs", [(("program",), 23), (("concurrent",), 103), (("parallel",), 250),
+                                           (("sessions", "program"), (500, 23))])
+def test_the_progress_bar_is_full_when_and_only_when_every_machine_has_finished(tmp_path, machines, runs):
+    # A ci campaign asks 500 examples of an engine machine, 250 programs of the parallel machine,
+    # 100 drawn scenarios of the concurrent machine and 20 of the program machine, each after the
+    # 3 targeted ones (docs/contract.md).  Hypothesis runs a few examples more (invalid ones it
+    # discards): the bar stays short of full until a machine has written its summary.
     import json
     import time
 
     from fakeshard._check import CheckOptions, _bar, _progress
 
-    (tmp_path / "campaign").mkdir()
-    (tmp_path / "campaign" / "m.progress.json").write_text(json.dumps({"runs": runs - 1, "steps": 0, "failures": 0}))
-    almost = _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
-    (tmp_path / "campaign" / "m.progress.json").write_text(json.dumps({"runs": runs, "steps": 0, "failures": 0}))
-    done = _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
-    assert done.startswith("[" + "#" * 24 + "]") and not almost.startswith("[" + "#" * 24 + "]")
+    counts = runs if isinstance(runs, tuple) else (runs,)
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+
+    def bar(extra: int, finished: bool) -> str:
+        for machine, n in zip(machines, counts):
+            (campaign / f"{machine}-1.progress.json").write_text(json.dumps(
+                {"machine": machine, "runs": n + extra, "steps": 0, "failures": 0}))
+            if finished:
+                (campaign / f"{machine}-1.summary.json").write_text("{}")
+        return _bar(_progress(tmp_path, CheckOptions(machines=machines), time.monotonic()))
+
+    full = "[" + "#" * 24 + "]"
+    assert not bar(-1, finished=False).startswith(full)
+    assert not bar(+40, finished=False).startswith(full)  # past what was asked, still running
+    assert bar(+40, finished=True).startswith(full)
 
 
 def _summary_of_every_machine():
