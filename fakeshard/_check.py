@@ -504,9 +504,23 @@ def summary_table(result: CheckResult) -> str:
     notes = unreached_situations(result)
     notes += [f"info: {m['machine']}: {note}" for m in result.machines for note in m.get("notes", [])]
     lines = [text_table(SUMMARY_HEADER, summary_rows(result))]
-    lines += [f"{m['machine']}: trace {path}" for m in result.machines for path in m["traces"]]
+    for m in result.machines:
+        for path in m["traces"]:
+            lines.append(f"{m['machine']}: trace {path}")
+            failure = _failure_of(path)
+            if failure:
+                lines.append(textwrap.fill(failure, width=120, initial_indent="    ", subsequent_indent="    ",
+                                           break_on_hyphens=False, max_lines=6, placeholder=" [...]"))
     lines += [textwrap.fill(note, width=120, subsequent_indent="    ", break_on_hyphens=False) for note in notes]
     return "\n".join(lines)
+
+
+def _failure_of(path: str) -> str:
+    """What a saved trace says failed, in words (``""`` when the file cannot be read)."""
+    try:
+        return str(json.loads(Path(path).read_text(encoding="utf-8")).get("failure") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def what_was_tested(result: CheckResult) -> str:

@@ -51,7 +51,16 @@ def whole_profile() -> bool:
 
 def machine_settings() -> Settings:
     """The loaded profile, with the campaign's overrides (``FAKESHARD_MAX_EXAMPLES``,
-    ``FAKESHARD_STEPS``, ``FAKESHARD_DATABASE``)."""
+    ``FAKESHARD_STEPS``, ``FAKESHARD_DATABASE``), and without Hypothesis's shrink phase.
+
+    A failing run is reduced by the kit itself instead (steps removed, fault plans simplified,
+    each candidate replayed: :func:`fakeshard.testing._regress.reduce`), which the saved trace
+    gets either way.  Hypothesis's shrinker replays whole machines, engine and model at every
+    step, and took minutes to report a failure the campaign had found in seconds (five, then
+    it gave up, on a coordinator that trusts a malformed output: 316 s against 7.2 s without
+    it, a reduced trace of 2 steps against 3; ``python3 benchmarks/report.py``)."""
+    from hypothesis import Phase
+
     overrides: dict[str, Any] = {}
     examples, steps = _int_env("FAKESHARD_MAX_EXAMPLES"), _int_env("FAKESHARD_STEPS")
     if examples is not None:
@@ -63,7 +72,7 @@ def machine_settings() -> Settings:
     shared = database.from_environment(default.derandomize)
     if shared is not None:
         overrides["database"] = shared
-    return Settings(default, **overrides)
+    return Settings(default, phases=[phase for phase in default.phases if phase is not Phase.shrink], **overrides)
 
 
 #: Where traces of a user's own coordinator go by default: under the working folder.
