@@ -310,9 +310,12 @@ def test_check_reports_a_concurrent_failure_once(tmp_path):
            "--traces", str(tmp_path / "traces")]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 1, result.stdout + result.stderr
-    # The failure is the test's own, not an error raised while handling another one (pytest's
-    # short summary, below the failures, may repeat it: it does in full when $CI is set).
-    failures = result.stdout.split("short test summary info")[0]
+    # The table names the saved trace's failure once; pytest's own report, below it, names the
+    # failure once too, and it is the test's own, not an error raised while handling another one
+    # (pytest's short summary, below the failures, may repeat it: it does in full when $CI is set).
+    table, pytest_lines = result.stdout.split("pytest's last lines:")
+    assert table.count("was released, but node") == 1, result.stdout
+    failures = pytest_lines.split("short test summary info")[0]
     assert failures.count("was released, but node") == 1, result.stdout
     assert "During handling" not in result.stdout
 
