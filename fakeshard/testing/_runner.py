@@ -93,13 +93,18 @@ def _values(hidden: Any) -> Any:
     a tuple of equally long tuples of numbers that are no bools); other contents (malformed
     ones) by their structure, a float by its bits, so that NaN equals itself."""
     if isinstance(hidden, np.ndarray):
+        if hidden.dtype == np.float32 and hidden.ndim == 2 and np.isfinite(hidden).all():
+            # Finite native float32 values are their own bytes (what the line below makes of them,
+            # without a Python number per value: long prompts are 2**17 of them).
+            return ("float32", hidden.shape, np.ascontiguousarray(hidden).tobytes())
         if hidden.dtype.kind in "fiu" and hidden.ndim == 2:
             # Each value as a Python number, then float32: as the tuple form below reads it.
             return ("float32", hidden.shape, array.array("f", hidden.ravel().tolist()).tobytes())
         return ("array", hidden.dtype.str, hidden.shape, hidden.tobytes())
-    numbers = isinstance(hidden, tuple) and all(
-        isinstance(row, tuple) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
-        for row in hidden)
+    # Tuples of numbers that are no bools (the types met, a handful, checked once each).
+    numbers = isinstance(hidden, tuple) and all(isinstance(row, tuple) for row in hidden) and all(
+        issubclass(t, (int, float)) and not issubclass(t, bool)
+        for t in set(map(type, itertools.chain.from_iterable(hidden))))
     if numbers and len({len(row) for row in hidden}) <= 1:
         try:
             return ("float32", (len(hidden), len(hidden[0]) if hidden else 0),
