@@ -68,6 +68,23 @@ class ModelSession:
     lineage: int = 0
 
 
+class ReferenceFailed(AssertionError):
+    """An engine of the factory under test, computing an expected output by another path, failed
+    a call the contract says succeeds (a fault-free call on a fresh engine or session)."""
+
+
+def _answered(engine: Any, op: str, bundle: Any, where: str) -> Any:
+    """``engine.op(bundle)``, or :class:`ReferenceFailed` naming the call, if it raises."""
+    try:
+        return getattr(engine, op)(bundle)
+    except Exception as exc:
+        n = len(bundle.tokens) if isinstance(bundle, TokenBundle) else len(bundle.hidden)
+        raise ReferenceFailed(
+            f"{where}, a fault-free {op} of positions {bundle.start_pos}..{bundle.start_pos + n - 1} of "
+            f"session {bundle.session_id!r} (every earlier position held) raised {type(exc).__name__}: {exc}; "
+            f"the contract says it succeeds") from None
+
+
 class _Follower:
     """Sessions of one fault-free engine, each following a lineage (a history a model session
     holds at one epoch, which only grows): the session holds the lineage's first positions and
@@ -181,7 +198,8 @@ class Oracle:
         if session is None:  # forgotten, or never held: from position 0
             session, begin = up.begin(lineage), 0
         more = TokenBundle(session, 0, begin, tuple(history[begin:end]))
-        out = up.engine.decode(more) if begin and end - begin == 1 else up.engine.prefill(more)
+        out = _answered(up.engine, "decode" if begin and end - begin == 1 else "prefill", more,
+                        "an upstream engine the kit runs to make this engine's input rows")
         up.moved(lineage, end)
         new = np.asarray(out.hidden, dtype=np.float32)[filled - begin:]
         if buffer is None or len(buffer) < end:
@@ -214,7 +232,8 @@ class Oracle:
         end = len(history)
         if end <= self.SCRATCH:
             fresh = self.factory(self.spec, seed=self.seed)
-            whole = fresh.prefill(self.inputs(lineage, history, "oracle", 0, 0, end))
+            whole = _answered(fresh, "prefill", self.inputs(lineage, history, "oracle", 0, 0, end),
+                              "a fresh engine the kit runs to compute the expected output")
             self.path = f"from scratch: one prefill of positions 0..{end - 1} on a fresh engine"
             return self._labelled(whole, session_id, epoch, start)
         ref = self._reference
@@ -237,7 +256,8 @@ class Oracle:
         """Positions ``a .. b - 1`` on the reference session; one position past 0 by ``single``."""
         bundle = self.inputs(lineage, history, session, 0, a, b)
         engine = self._reference.engine
-        return engine.decode(bundle) if a and b - a == 1 and single == "decode" else engine.prefill(bundle)
+        return _answered(engine, "decode" if a and b - a == 1 and single == "decode" else "prefill", bundle,
+                         "the reference engine the kit runs to compute the expected output by another path")
 
     def _labelled(self, whole: Any, session_id: str, epoch: int, start: int) -> Any:
         if isinstance(whole, SampleBundle):

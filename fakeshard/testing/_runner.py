@@ -33,7 +33,7 @@ from fakeshard._factory import makes_fixture_choices
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._lengths import tokens_of
-from fakeshard.testing._model import OK, Expected, Model, Oracle
+from fakeshard.testing._model import OK, Expected, Model, Oracle, ReferenceFailed
 from fakeshard.testing._reference_coordinator import LINK_FORMS, across
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
@@ -381,14 +381,18 @@ class EngineRunner:
             # Faults are matched against the session the call names, even a malformed one.
             named: Any = getattr(bundle, "session_id", None)
             # An error names the epoch the call sent (a malformed call may send another).
-            expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None,
-                                          sent_epoch=getattr(bundle, "epoch", None))
-            if expected.output is not None and isinstance(bundle, HiddenBundle):
-                # The call applies: the rows a healthy upstream stage sends for these positions.
-                held = self.model.held(sid)
-                assert held is not None
-                bundle = self.model.oracle.inputs(held.lineage, held.history, sid, epoch, start,
-                                                  start + len(tokens))
+            try:
+                expected = self.model.compute(op, named, epoch, start, tokens, valid=step.get("bad") is None,
+                                              sent_epoch=getattr(bundle, "epoch", None))
+                if expected.output is not None and isinstance(bundle, HiddenBundle):
+                    # The call applies: the rows a healthy upstream stage sends for these positions.
+                    held = self.model.held(sid)
+                    assert held is not None
+                    bundle = self.model.oracle.inputs(held.lineage, held.history, sid, epoch, start,
+                                                      start + len(tokens))
+            except ReferenceFailed as exc:  # the factory's engines fail the kit's own fault-free calls
+                self.trace.failure = f"step {len(self.trace.steps)} ({op}): {exc}"
+                raise Divergence(self.trace.failure) from None
             actual = _call(getattr(self.engine, op), bundle)
             n = len(tokens)
         self.trace.expected.append(summarize_expected(expected))
@@ -489,6 +493,8 @@ class EngineRunner:
         if self.engine.used_tokens != self.model.used:
             return f"used_tokens {self.engine.used_tokens} != model's {self.model.used}"
         capacity = self.engine.capacity_tokens
+        if capacity != self.model.capacity:
+            return f"capacity_tokens {capacity} != {self.model.capacity}, the capacity it was made with"
         if capacity is not None and self.engine.used_tokens > capacity:
             return f"used_tokens {self.engine.used_tokens} over capacity {capacity}"
         for sid in sorted(self.known):
