@@ -9,7 +9,8 @@ the same figures for the fixture running the same campaign to the end (the
 baseline: what a full campaign costs on this machine, in this process).
 
     python3 benchmarks/catch.py            # every bug
-    python3 benchmarks/catch.py leaky      # bugs whose name contains "leaky"
+    python3 benchmarks/catch.py leaky      # bugs whose name (or rule) contains "leaky"
+    FAKESHARD_PLANTED_SEED=7 python3 benchmarks/catch.py lengths   # bugs at lengths, other positions
     python3 benchmarks/catch.py --json evidence/DGR-032/catch.json   # and keep the figures
 
 The JSON file (``--json``) holds the command, the environment and each bug's figures; the
@@ -38,7 +39,7 @@ from fakeshard.testing._parallel import NotLinearizable, run_parallel  # noqa: E
 from fakeshard.testing._regress import run_machine  # noqa: E402
 from planted import racy  # noqa: E402
 from planted.coordinators import PLANTED  # noqa: E402
-from planted.engines import BUGS  # noqa: E402
+from planted.engines import BUGS, LENGTH_POSITIONS, PLANTED_SEED  # noqa: E402
 
 REFERENCE = "fakeshard.testing:reference"
 # The same machines and settings as the test that asserts each bug is caught.
@@ -74,7 +75,9 @@ def main(pattern: str = "", json_out: str = "") -> None:
     cases += [(name, "parallel", getattr(racy, name)) for name in racy.RACY]
     # A coordinator's trace names its factory in full: replay and reduction import it by name.
     cases += [(f"planted.coordinators:{p.name}", "coordinator", p.factory()) for p in PLANTED]
-    cases = [c for c in cases if pattern in c[0]]
+    cases = [c for c in cases if pattern in c[0]] + [(b.name, b.machine, b.factory) for b in BUGS
+                                                      if pattern and pattern in b.rule and pattern not in b.name]
+    print(f"length-class bugs at positions drawn from seed {PLANTED_SEED}: {LENGTH_POSITIONS}")
     print(f"time to the first failure under ci (no Hypothesis shrinking; the parallel machine's own "
           f"reduction included), {len(cases)} planted bugs")
     print(f"{'bug':<30} {'machine':<11} {'runs':>5} {'seconds':>8}  result")
@@ -101,6 +104,7 @@ def main(pattern: str = "", json_out: str = "") -> None:
             "command": "python3 benchmarks/catch.py" + (f" {pattern}" if pattern else "") + f" --json {json_out}",
             "python": platform.python_version(), "machine": platform.machine(),
             "what": "seconds to the first failure under ci (no Hypothesis shrinking), per planted bug",
+            "planted_seed": PLANTED_SEED, "length_positions": LENGTH_POSITIONS,
             "bugs": kept}, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {json_out}")
 

@@ -9,6 +9,9 @@ machine expected to catch it.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -473,6 +476,112 @@ class ReserveOverflows(FakeShardEngine):
         return drawn
 
 
+# -- length bugs of a class, at positions drawn when the engine is built -----------------------
+#
+# The bugs above sit at positions an issue named.  These five are classes of length bug, each
+# at a position drawn from ``PLANTED_SEED`` when the module is imported (``FAKESHARD_PLANTED_SEED``
+# overrides it; ``LENGTH_POSITIONS`` records what was drawn), so that the machines are tested on
+# the class, never tuned to a position: ``benchmarks/catch.py --seed N`` times them at other draws.
+
+#: The seed the length classes draw their positions from.
+PLANTED_SEED = int(os.environ.get("FAKESHARD_PLANTED_SEED", "20261207"))
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    """An integer from ``low`` to ``high``, each octave as likely as another."""
+    return min(high, max(low, int(math.exp(rng.uniform(math.log(low), math.log(high + 1))))))
+
+
+def _draw_positions(seed: int) -> dict[str, int]:
+    """Where each length class breaks, drawn from ``seed``: a round decimal length (a multiple of
+    100 from 100 to 32,700), a chunk limit (64 .. 16,384 positions), a power of two (2**4 ..
+    2**15), a cap on a view's count (16 .. 30,000)."""
+    rng = random.Random(seed)
+    return {
+        "round": 100 * max(1, _log_uniform(rng, 100, 32_700) // 100),
+        "chunk": _log_uniform(rng, 64, 16_384),
+        "power": 2 ** rng.randint(4, 15),
+        "cap": _log_uniform(rng, 16, 30_000),
+    }
+
+
+#: What ``PLANTED_SEED`` drew (printed by the benchmark and the tests, so a catch is reproducible).
+LENGTH_POSITIONS = _draw_positions(PLANTED_SEED)
+
+
+class DriftPastRoundLength(Wrapper):
+    """Lengths: from a round decimal length on (a multiple of 100), a decode reads its cache one
+    slot off, so the token it computes drifts (a prefill of the same positions is right).  A
+    drift that every path shared would be another function, not a bug a caller can see: the
+    machines hold an engine to itself, one path against another."""
+
+    at = LENGTH_POSITIONS["round"]
+
+    def decode(self, bundle: Any) -> Any:
+        out = self.inner.decode(bundle)
+        return _flip(out) if bundle.start_pos >= self.at else out
+
+
+class ChunkLimitInPrefill(Wrapper):
+    """Lengths: a prefill of more positions than a chunk limit computes the first position
+    past the limit wrong (the next chunk reads a stale row), wherever the call starts."""
+
+    limit = LENGTH_POSITIONS["chunk"]
+
+    def prefill(self, bundle: Any) -> Any:
+        out = self.inner.prefill(bundle)
+        if _positions(bundle) > self.limit:
+            return _flip_at(out, bundle.start_pos + self.limit)
+        return out
+
+
+class MissAcrossPowerOfTwo(Wrapper):
+    """Lengths: the step that crosses a power of two (a decode at it, or a prefill that
+    continues a session across it) answers ``cache_miss`` though the cache is there (a block
+    table that grows at 2**k looks the session up before it has grown)."""
+
+    at = LENGTH_POSITIONS["power"]
+
+    def _check(self, bundle: Any) -> None:
+        start = bundle.start_pos
+        view = self.inner.session(bundle.session_id)
+        applies = (view is not None and view.status == "live" and view.epoch == bundle.epoch
+                   and view.cached_tokens == start)  # a call the engine would answer ok
+        if applies and 0 < start <= self.at < start + _positions(bundle):
+            raise CacheMiss(f"no block for position {self.at}", session_id=bundle.session_id,
+                            epoch=bundle.epoch, expected=0, got=start)
+
+    def prefill(self, bundle: Any) -> Any:
+        self._check(bundle)
+        return self.inner.prefill(bundle)
+
+    def decode(self, bundle: Any) -> Any:
+        self._check(bundle)
+        return self.inner.decode(bundle)
+
+
+class UsedTokens16Bit(Wrapper):
+    """Lengths x capacity: the positions held are counted in a 16-bit counter, so an engine
+    holding 65,536 or more in total (several long sessions at once) reports them wrapped."""
+
+    @property
+    def used_tokens(self) -> int:
+        return int(self.inner.used_tokens) % 2**16
+
+
+class CappedCachedView(Wrapper):
+    """Lengths: a session's view reports at most a fixed count of cached positions (a
+    field narrower than the cache), so a session longer than it reads short."""
+
+    cap = LENGTH_POSITIONS["cap"]
+
+    def session(self, session_id: str) -> Any:
+        view = self.inner.session(session_id)
+        if view is None or view.cached_tokens <= self.cap:
+            return view
+        return dataclasses.replace(view, cached_tokens=self.cap)
+
+
 def _without(fault_type: type) -> Callable[..., Any]:
     def factory(spec: Any, *, faults: Any = None, **kw: Any) -> FakeShardEngine:
         if faults is not None:
@@ -529,4 +638,10 @@ BUGS = (
     Bug("window_at_4097", "lengths", _wrapped(WindowAt4097), "sessions"),
     Bug("int16_error_positions", "lengths", _wrapped(Int16ErrorPositions), "sessions"),
     Bug("reserve_overflows", "lengths x capacity", ReserveOverflows, "faults"),
+    # Classes of length bug at positions drawn from PLANTED_SEED (LENGTH_POSITIONS).
+    Bug("drift_past_round_length", "lengths: a round decimal length", _wrapped(DriftPastRoundLength), "sessions"),
+    Bug("chunk_limit_in_prefill", "lengths: a chunk limit", _wrapped(ChunkLimitInPrefill), "sessions"),
+    Bug("miss_across_power_of_two", "lengths: a power of two", _wrapped(MissAcrossPowerOfTwo), "sessions"),
+    Bug("used_tokens_16_bit", "lengths: a 16-bit total", _wrapped(UsedTokens16Bit), "sessions"),
+    Bug("capped_cached_view", "lengths: a session view's count", _wrapped(CappedCachedView), "sessions"),
 )

@@ -12,9 +12,12 @@ from fakeshard.testing import _probes as probes
 from fakeshard.testing._lengths import (
     BOUNDARIES,
     EDGES,
+    GROWTH_KINDS,
     LONGEST,
     SPAN,
+    boundaries_in,
     compact,
+    growth_of,
     length_of,
     run_token,
     scrambled,
@@ -95,7 +98,48 @@ def test_position_probes_name_the_edges_a_call_covers():
 def test_a_factory_with_a_shorter_longest_prompt_is_not_held_to_positions_past_it():
     required = probes.required(1026)
     assert "position:1025" in required and "position:2047" not in required
-    assert probes.required() - required == {f"position:{p}" for p in EDGES if p >= 1026}
+    # Three sessions of four prompts of 1,026 positions hold at most 12,312: no total past 2**16.
+    assert probes.required() - required == {f"position:{p}" for p in EDGES if p >= 1026} | {
+        "length:total_past_65536"}
+
+
+def test_boundaries_are_the_powers_of_two_and_the_multiples_of_a_hundred_in_a_range():
+    assert boundaries_in(5, 70, "power") == [8, 16, 32, 64]
+    assert boundaries_in(64, 64, "power") == [64]
+    assert boundaries_in(99, 401, "round") == [100, 200, 300, 400]
+    assert boundaries_in(0, 99, "round") == [] and boundaries_in(10, 9, "power") == []
+
+
+@given(start=st.integers(0, 2**17), kind=st.integers(0, GROWTH_KINDS - 1), u=st.integers(0, SPAN - 1),
+       longest=st.integers(1, 40_000))
+def test_a_growth_is_a_call_the_machine_may_send(start, kind, u, longest):
+    assert 1 <= growth_of(start, kind, u, longest) <= longest
+
+
+@pytest.mark.parametrize("start", [0, 1, 700, 4095, 30_000, 65_530])
+def test_growths_to_a_boundary_end_on_its_edge_wherever_the_session_stands(start):
+    # Kinds 3 and 4 end the call's last position at b - 1, b or b + 1 for some boundary b of
+    # their class the call can reach; every such boundary is met by some draw.
+    for kind, cls in ((3, "power"), (4, "round")):
+        # b - 1 .. b + 1 meets the positions a call computes, start .. start + 8447.
+        reachable = set(boundaries_in(start - 1, start + 8448, cls))
+        met = set()
+        for u in range(3 * 4096):  # every edge at every place
+            last = start + growth_of(start, kind, u, 8448) - 1
+            near = [b for b in reachable if abs(last - b) <= 1]
+            assert near or not reachable, (kind, start, last)
+            met.update(near)
+        assert met == reachable, (kind, start, sorted(reachable - met)[:5])
+
+
+def test_length_probes_name_the_class_a_call_or_a_view_crosses():
+    assert probes.lengths("decode", 64, 1) == ["length:across:power"]  # a session from 64 to 65
+    assert probes.lengths("prefill", 63, 2) == ["length:across:power", "length:split_prefill"]
+    assert probes.lengths("prefill", 0, 5000) == []  # a whole prompt: the position probes' part
+    assert probes.lengths("decode", 99, 1) == [] and probes.lengths("decode", 100, 1) == ["length:across:round"]
+    assert probes.held(2**16, [101]) == ["length:view_past:round"]
+    assert probes.held(2**16 + 1, [129, 8]) == ["length:total_past_65536", "length:view_past:power"]
+    assert probes.held(0, [103, 131]) == []
 
 
 def test_cuts_fall_on_every_boundary_strictly_inside():
@@ -165,3 +209,20 @@ def test_a_single_engines_plan_is_simplified_like_a_nodes():
     assert {"nth": 1}.items() <= worlds[1]["fault_plan"]["rules"][0].items()
     assert any(w["fault_plan"]["rules"][0]["probability"] == 1.0 for w in worlds[1:])
     assert all("fault_plans" not in w for w in worlds)
+
+
+def test_an_engine_failing_the_kits_own_fault_free_calls_is_reported_in_words():
+    # The expected output is computed on engines of the same factory (an upstream stage for a
+    # middle engine's input rows, a reference session by another path): a spurious cache miss
+    # there is the engine's failure too, reported as the call it was, not as a crash of the kit.
+    from planted.engines import MissAcrossPowerOfTwo, _wrapped
+
+    class MissAt64(MissAcrossPowerOfTwo):
+        at = 64
+
+    runner = EngineRunner(_wrapped(MissAt64), machine="sessions", factory_name="planted", seed=0,
+                          spec=role_spec("middle"), capacity=None, plan=FaultPlan(()), tolerance=0.0)
+    runner.run({"op": "prefill", "session_id": "a", "epoch": 0, "start": 0, "tokens": list(range(40))})
+    with pytest.raises(Divergence, match=r"positions 64\.\.69 .* raised CacheMiss: .* the contract says it succeeds"):
+        runner.run({"op": "prefill", "session_id": "a", "epoch": 0, "start": 40, "tokens": [1] * 30})
+    assert "upstream engine" in runner.trace.failure

@@ -22,7 +22,8 @@ import numpy as np
 
 __all__ = ["BOUNDARIES", "EDGES", "LONGEST", "BIG_RESERVES", "MAX_VALUES_PER_STEP", "run_token", "tokens_of",
            "token_count", "compact", "length_of", "scrambled", "SPAN", "longest_of", "longest_prompt", "capped",
-           "MANY_HOPS"]
+           "MANY_HOPS", "ROUND_STEP", "GROWTH_KINDS", "growth_of", "boundaries_in",
+           "MAX_VALUES_PER_SESSION", "session_bound"]
 
 #: The powers of two the machines weight: 8 .. 32768.
 BOUNDARIES = tuple(2**k for k in range(3, 16))
@@ -35,6 +36,10 @@ BIG_RESERVES = (2**15, 2**16, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**63 - 1)
 #: The most values (positions x hidden width) a step's prompt may carry: a run at hidden
 #: width 4 reaches 32,769 positions; one at a real width (4096) stays short.
 MAX_VALUES_PER_STEP = 2**17 + 2**12
+
+#: The most values (positions x hidden width) a session of the single-engine machines grows to:
+#: at width 4, 139,264 positions, so that three sessions hold more than 2**16 in total.
+MAX_VALUES_PER_SESSION = 4 * MAX_VALUES_PER_STEP
 
 #: The share of :data:`MAX_VALUES_PER_STEP` a prompt of the machines that send it through
 #: several engines (failover, parallel, coordinator, concurrent) may carry: at hidden width 4,
@@ -76,6 +81,12 @@ def longest_prompt(max_positions: int, hidden_size: int, share: int = 1) -> int:
     """The longest prompt a step sends: at most ``max_positions``, and at most ``1 / share`` of
     :data:`MAX_VALUES_PER_STEP` values at ``hidden_size`` a position (at least one position)."""
     return max(1, min(max_positions, MAX_VALUES_PER_STEP // share // hidden_size))
+
+
+def session_bound(max_positions: int, hidden_size: int) -> int:
+    """How many positions a session of the single-engine machines grows to: four of the
+    factory's longest prompts, within :data:`MAX_VALUES_PER_SESSION` values."""
+    return max(1, min(4 * max_positions, MAX_VALUES_PER_SESSION // hidden_size))
 
 
 def capped(form: Union[list[int], dict[str, Any]], longest: int) -> Union[list[int], dict[str, Any]]:
@@ -123,3 +134,56 @@ def length_of(kind: int, u: int) -> int:
         octave, place = u >> 12, u & 4095
         return (1 << octave) + ((place << octave) >> 12)
     return BOUNDARIES[u * len(BOUNDARIES) // SPAN] + kind - 3
+
+
+#: Round decimal lengths are the multiples of this (100, 1,000, 10,000 among them).
+ROUND_STEP = 100
+#: How many kinds of growth :func:`growth_of` draws from.
+GROWTH_KINDS = 6
+
+
+def boundaries_in(low: int, high: int, kind: str) -> list[int]:
+    """The boundaries of ``kind`` from ``low`` to ``high`` inclusive: ``"power"`` every 2**k
+    (k >= 1), ``"round"`` every multiple of :data:`ROUND_STEP`."""
+    if high < low:
+        return []
+    if kind == "power":  # 2**k from the first at or above low (k >= 1) to the last at or below high
+        return [1 << k for k in range(max(1, (max(low, 1) - 1).bit_length()), max(high, 0).bit_length())]
+    first = -(-max(low, 1) // ROUND_STEP) * ROUND_STEP
+    return list(range(first, high + 1, ROUND_STEP))
+
+
+def growth_of(start: int, kind: int, u: int, longest: int) -> int:
+    """How many positions a session holding ``start`` grows by in one call (1 .. ``longest``),
+    from two drawn integers, ``kind`` below :data:`GROWTH_KINDS` and ``u`` below :data:`SPAN`:
+
+    * 0, 1: log-uniform from 1 to ``longest`` (:func:`length_of`'s octaves, cut to it);
+    * 2: a long haul, from half of ``longest`` to all of it, so that sessions pass 2**16;
+    * 3, 4: to a power of two (3) or a round decimal length (4) the call can reach: the call's
+      last position lands just below, at or just above it (``u`` picks the edge, and the
+      boundary: each power of two in reach as likely, round lengths log-uniformly by their
+      rank, the nearest most often);
+    * 5: the same, to either kind, one position further, so that the *next* call starts on
+      the boundary's edge.
+
+    Lengths anywhere, then, and boundaries wherever a session happens to stand: a bug at a
+    position nobody listed meets a call across it.  Integers only; with no boundary in reach a
+    kind 3..5 growth is log-uniform instead."""
+    longest = max(1, longest)
+    if kind in (0, 1):
+        return max(1, min(length_of(0, u), longest))
+    if kind == 2:
+        return max(1, longest // 2 + u * (longest - longest // 2) // SPAN)
+    edge = u % 3 - 1  # the last position computed: b - 1, b or b + 1
+    target = "power" if kind == 3 or (kind == 5 and u % 2) else "round"
+    # Boundaries b whose edge b + edge is a position the call can end on: start .. start + longest - 1.
+    reachable = boundaries_in(start - edge, start + longest - 1 - edge, target)
+    if not reachable:
+        return max(1, min(length_of(0, u), longest))
+    place = u // 3 % 4096
+    if target == "power":
+        b = reachable[place * len(reachable) // 4096]
+    else:  # the rank log-uniform: as many draws to the 2nd .. 3rd nearest as to the 20th .. 40th
+        b = reachable[int((len(reachable) + 1) ** (place / 4096)) - 1]
+    last = b + edge + (1 if kind == 5 else 0)
+    return max(1, min(last - start + 1, longest))

@@ -27,7 +27,18 @@ from fakeshard import (
 from fakeshard._factory import makes_fixture_choices
 from fakeshard._faults import HIDDEN_MALFORMED_KINDS, MALFORMED_KINDS, SAMPLE_MALFORMED_KINDS, Fault
 from fakeshard._feeder import Feeder
-from fakeshard.testing._lengths import BIG_RESERVES, EDGES, LONGEST, capped, longest_of, longest_prompt
+from fakeshard.testing._lengths import (
+    BIG_RESERVES,
+    EDGES,
+    GROWTH_KINDS,
+    LONGEST,
+    SPAN,
+    capped,
+    growth_of,
+    longest_of,
+    longest_prompt,
+    session_bound,
+)
 from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
 from fakeshard.testing._trace import Trace
 from fakeshard.testing.strategies import lengths
@@ -129,6 +140,12 @@ prompts = now_and_then(chunks, seeded_runs)
 capacities = now_and_then(st.none() | st.integers(0, 10), edges)
 #: A run's width: one run in eight a real one (``MachineConfig.wide_hidden_size``).
 wide = st.integers(0, 7).map(lambda i: i == 0)
+#: Whether a run grows its sessions long: one run in sixteen of the ``sessions`` machine (each
+#: position a step computes costs the engine and the model alike, so the rest grow by at most
+#: :data:`SHORT_GROWTH` positions a call, still across every boundary below it).
+long_runs = st.integers(0, 15).map(lambda i: i == 0)
+#: The most positions one ``grow`` of a run that is not long adds.
+SHORT_GROWTH = 600
 
 
 def spread(i: int) -> int:
@@ -204,10 +221,15 @@ class _EngineMachine(RecordingMachine):
 
     machine_name = "engine"
 
-    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, wide: bool = False) -> None:
+    def _start(self, role: str, capacity: Optional[int], seed: int, plan: FaultPlan, wide: bool = False,
+               long: bool = False) -> None:
         hidden = self.config.width(wide)
         #: The longest prompt a step sends: the factory's, and a bounded number of values a step.
         self.longest = longest_prompt(self.config.max_positions, hidden)
+        #: How far one ``grow`` reaches, and how long a session grows: in a long run, the longest
+        #: prompt and a bounded number of values a session.
+        self.reach = self.longest if long else min(self.longest, SHORT_GROWTH)
+        self.session_bound = session_bound(self.config.max_positions, hidden)
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
             spec=role_spec(role, hidden), seed=seed, capacity=capacity, plan=plan,
@@ -272,6 +294,25 @@ class _EngineMachine(RecordingMachine):
         self._revive()
         self._compute("decode", who, move, position, [token], bad)
 
+    @rule(who=who_choices, kind=st.integers(0, GROWTH_KINDS - 1), u=st.integers(0, SPAN - 1),
+          seed=st.integers(0, 2**32 - 1))
+    def grow(self, who: str, kind: int, u: int, seed: int) -> None:
+        """A session continues where it stands by a run of tokens of any length, or of one that
+        ends on the edge of the next boundary it can reach (``growth_of``): sessions get long in
+        calls of every size, several at once, so a length bug at a position nobody listed meets
+        a call across it, a session view past it, and totals past 2**16.  A session that is not
+        live starts again at a newer epoch."""
+        self._revive()
+        sid = self._sid(who)
+        view = self.runner.model.view(sid)
+        live = view is not None and view[1] == "live"
+        epoch = view[0] if live else (view[0] + 1 if view is not None else 0)
+        start = view[2] if live else 0
+        n = growth_of(start, kind, u, self.reach)
+        n = max(1, min(n, self.session_bound - start))
+        self._run({"op": "prefill", "session_id": sid, "epoch": epoch, "start": start,
+                   "tokens": {"count": n, "seed": seed}})
+
     @rule(op=close_ops, sid=st.sampled_from(SIDS), move=epoch_moves)
     def close(self, op: str, sid: str, move: Any) -> None:
         self._revive()
@@ -306,10 +347,12 @@ class SessionsMachine(_EngineMachine):
 
     machine_name = "sessions"
 
-    @initialize(role=roles, capacity=capacities, seed=st.integers(0, 2), wide=wide)
-    def setup(self, role: str, capacity: Optional[int], seed: int, wide: bool) -> None:
-        self._start(role, capacity, seed, FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)),
-                    wide)
+    @initialize(role=roles, capacity=capacities, seed=st.integers(0, 2), wide=wide, long=long_runs)
+    def setup(self, role: str, capacity: Optional[int], seed: int, wide: bool, long: bool) -> None:
+        # A long run has no tight capacity: its sessions are there to grow (capacity meets
+        # lengths in the edges' capacities, 7 .. 32769, of the other runs).
+        self._start(role, None if long else capacity, seed,
+                    FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)), wide, long)
 
     @precondition(lambda self: self.runner is not None and not self.runner.model.crashed)
     @rule()

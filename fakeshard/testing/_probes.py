@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from fakeshard._errors import ERROR_CODES
 from fakeshard._faults import MALFORMED_KINDS
-from fakeshard.testing._lengths import EDGES, LONGEST
+from fakeshard.testing._lengths import EDGES, LONGEST, ROUND_STEP, boundaries_in
 
 _COMPUTE_ROWS = ("down", "malformed", "stale", "cancelled", "released", "nothing_held_miss",
                  "position_mismatch", "append", "pressure", "capacity")
@@ -73,6 +73,19 @@ CROSSINGS: frozenset[str] = frozenset(
     + [f"cross:capacity:{a}+{fit}" for a in _ALLOCATIONS for fit in ("fit", "full")]
 )
 
+#: The classes of boundary real engines break at (``fakeshard.testing._lengths.boundaries_in``):
+#: powers of two from 16, and round decimal lengths (multiples of 100) from 100.
+LENGTH_CLASSES = {"power": 16, "round": 100}
+#: A total past this is one a 16-bit counter cannot hold.
+TOTAL_PROBE = 2**16
+#: The probes of length bugs as classes, not positions: a call that takes a session across a
+#: boundary of each class, a session view read just past one (its count one or two above it),
+#: a prefill that continues a session (a split history, which must answer as the whole one
+#: does), and an engine holding more positions in total than a 16-bit counter holds.
+LENGTH_PROBES = tuple(
+    [f"length:across:{c}" for c in LENGTH_CLASSES] + [f"length:view_past:{c}" for c in LENGTH_CLASSES]
+    + ["length:split_prefill", f"length:total_past_{TOTAL_PROBE}"])
+
 REQUIRED: frozenset[str] = frozenset(
     [f"prefill:{row}" for row in _COMPUTE_ROWS + ("create", "replace_older", "create_over_tombstone")]
     + [f"decode:{row}" for row in _COMPUTE_ROWS]
@@ -81,6 +94,7 @@ REQUIRED: frozenset[str] = frozenset(
     + [f"fault:{name}" for name in ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")]
     + [f"malformed:{kind}" for kind in MALFORMED_KINDS]
     + [f"position:{p}" for p in EDGES]
+    + list(LENGTH_PROBES)
 ) | (CROSSINGS - frozenset(UNREACHABLE))
 
 #: The situations the concurrent machine reports (``fakeshard check``'s table counts them for it):
@@ -165,10 +179,40 @@ def positions(start: int, end: int) -> list[str]:
     return [f"position:{p}" for p in EDGES[first:last]]
 
 
+def lengths(op: str, start: int, n: int) -> list[str]:
+    """The length probes of a call that applied, computing positions ``start .. start + n - 1``:
+    a session continued (``start > 0``) across a boundary, the call computing position ``b``
+    itself, and a prefill that continues one."""
+    if start <= 0:
+        return []
+    names = [f"length:across:{c}" for c, low in LENGTH_CLASSES.items()
+             if boundaries_in(max(start, low), start + n - 1, c)]
+    if op == "prefill" and n > 1:
+        names.append("length:split_prefill")
+    return names
+
+
+def held(total: int, cached: list[int]) -> list[str]:
+    """The length probes of an engine's state as a caller reads it: ``total`` positions held,
+    and sessions' views whose count is ``cached`` (one or two past a boundary)."""
+    names = [f"length:total_past_{TOTAL_PROBE}"] if total > TOTAL_PROBE else []
+    # A count one or two past b: b is count - 1 or count - 2 (every step reads every view: no lists).
+    past = [b for count in cached for b in (count - 1, count - 2)]
+    if any(b >= LENGTH_CLASSES["power"] and b & (b - 1) == 0 for b in past):
+        names.append("length:view_past:power")
+    if any(b >= LENGTH_CLASSES["round"] and b % ROUND_STEP == 0 for b in past):
+        names.append("length:view_past:round")
+    return names
+
+
 def required(longest: int = LONGEST) -> frozenset[str]:
     """:data:`REQUIRED` of a factory whose prompts stop at ``longest`` positions (its
-    ``machine_max_positions``): the positions past its last are not required."""
-    return REQUIRED - {f"position:{p}" for p in EDGES if p >= longest}
+    ``machine_max_positions``): the positions past its last are not required, nor a total past
+    2**16 where the machines' three sessions of four such prompts cannot hold one."""
+    drop = {f"position:{p}" for p in EDGES if p >= longest}
+    if 3 * 4 * longest <= TOTAL_PROBE:
+        drop.add(f"length:total_past_{TOTAL_PROBE}")
+    return REQUIRED - drop
 
 
 def missing(seen: Counter[str] | set[str] | None = None, longest: int = LONGEST) -> list[str]:

@@ -416,7 +416,9 @@ class EngineRunner:
     def _probe(self, op: str, expected: Expected, bad: Optional[str], start: int, n: int) -> None:
         names = [f"{op}:{expected.row}" if op != "restart" else "restart", f"code:{expected.code}"]
         if expected.output is not None:
-            names += probes.positions(start, start + n)
+            names += probes.positions(start, start + n) + probes.lengths(op, start, n)
+        names += probes.held(self.model.used, [view[2] for view in map(self.model.view, sorted(self.known))
+                                               if view is not None])
         names += [f"fault:{name}" for name in expected.fired]
         names += probes.crossings(op, expected.holds, expected.fired, expected.code, bad,
                                   expected.allocation if self.model.capacity is not None else "")
