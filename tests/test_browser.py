@@ -55,6 +55,37 @@ def _hover_shows_the_tooltip(driver, call) -> str:
     return tip.text
 
 
+#: Every call's label as a person sees it without hovering: whole inside its bar, or just after
+#: it; what is cut, and any two boxes of one row (bars, labels) that overlap.
+_LABELS = """
+const problems = [];
+let shown = 0;
+for (const row of document.querySelectorAll('#timeline .row')) {
+  const boxes = [];
+  for (const el of row.querySelectorAll('.call, .calllabel')) {
+    const r = el.getBoundingClientRect();
+    if (el.classList.contains('calllabel') || el.textContent) shown += 1;
+    if (el.classList.contains('call') && el.textContent && el.scrollWidth > el.clientWidth + 1)
+      problems.push('cut: ' + el.textContent);
+    if (el.classList.contains('call') && !el.textContent && !row.querySelector(`.calllabel[data-i="${el.dataset.i}"]`))
+      problems.push('no label: call ' + el.dataset.i);
+    boxes.push([r, el.className + ' ' + el.dataset.i]);
+  }
+  for (let a = 0; a < boxes.length; a++) for (let b = a + 1; b < boxes.length; b++) {
+    const [p, n] = boxes[a], [q, m] = boxes[b];
+    if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5)
+      problems.push('overlap: ' + n + ' / ' + m);
+  }
+}
+return [shown, problems.slice(0, 10)];
+"""
+
+
+def _labels_show_whole(driver, calls: int) -> None:
+    shown, problems = driver.execute_script(_LABELS)
+    assert problems == [] and shown == calls
+
+
 def test_a_failing_sequential_trace_shows_its_tracks_its_failure_and_a_tooltip(driver, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -63,6 +94,7 @@ def test_a_failing_sequential_trace_shows_its_tracks_its_failure_and_a_tooltip(d
     page = write_html(history, tmp_path / "sessions.html")
     drawn = _open(driver, page)
     assert drawn["calls"] == len(trace.steps)
+    _labels_show_whole(driver, len(history["calls"]))
     rows = driver.find_elements(By.CSS_SELECTOR, "#timeline .row")
     assert len(rows) == len(history["tracks"]) + 1  # and the annotations track
     failure = driver.find_element(By.ID, "failure")
@@ -100,7 +132,9 @@ def test_a_concurrent_trace_shows_sessions_nodes_marks_and_the_message_diagram(d
 
     history = history_of(Trace.load(concurrent_trace), FakeShardEngine, "fakeshard:FakeShardEngine")
     page = write_html(history, tmp_path / "concurrent.html")
-    _open(driver, page)
+    drawn = _open(driver, page)
+    _labels_show_whole(driver, len(history["calls"]))
+    assert drawn["outsideLabels"] > 0  # calls too short for their labels: each shown after its bar
     assert driver.find_elements(By.CSS_SELECTOR, ".row.session") and driver.find_elements(By.CSS_SELECTOR, ".row.node")
     assert len(driver.find_elements(By.CSS_SELECTOR, ".row.annotations .mark")) == len(history["marks"])
     svg = driver.find_element(By.CSS_SELECTOR, "#messages-section svg")

@@ -153,6 +153,36 @@ def test_the_message_diagram_draws_an_arrow_per_message_forward_in_time(concurre
     assert all(a.get("marker-end") == "url(#arrow)" for a in arrows)
 
 
+def test_the_message_diagrams_labels_each_have_a_row_of_their_own(concurrent_trace):
+    from fakeshard.testing._view import ROW
+
+    history = history_of(Trace.load(concurrent_trace), FakeShardEngine, "fakeshard:FakeShardEngine")
+    svg = ElementTree.fromstring(message_diagram(history["messages"]))
+    labels = [e for e in svg.iter("{http://www.w3.org/2000/svg}text") if e.get("class") == "msglabel"]
+    arrows = [e for e in svg.iter("{http://www.w3.org/2000/svg}line") if e.get("class", "").startswith("msg")]
+    assert len(labels) == len(arrows) >= 2
+    rows = sorted(float(e.get("y")) for e in labels)
+    # A label is 9 px high: rows ROW (> 9) px apart never overlap, whatever their length.
+    assert all(b - a >= ROW for a, b in zip(rows, rows[1:]))
+    shown = sorted(history["messages"], key=lambda m: (m["sent"], m["received"]))
+    for label, arrow, m in zip(labels, arrows, shown):  # each just above its arrow's start
+        assert float(arrow.get("y1")) - float(label.get("y")) == 2
+        assert label.text == f"{m['label']} (t={m['sent']:g})"
+    # Sixty-four requests sent at once to four nodes, answered at once: still a row each.
+    crowd = [{"from": "coordinator", "to": f"n{k % 4}", "label": f"decode s{k} e0 @{4096 + k}", "sent": 1.0,
+              "received": 1.0} for k in range(64)]
+    crowd += [{"from": f"n{k % 4}", "to": "coordinator", "label": f"ok s{k}", "sent": 1.0, "received": 1.5}
+              for k in range(64)]
+    svg = ElementTree.fromstring(message_diagram(crowd))
+    labels = [e for e in svg.iter("{http://www.w3.org/2000/svg}text") if e.get("class") == "msglabel"]
+    arrows = [e for e in svg.iter("{http://www.w3.org/2000/svg}line") if e.get("class", "").startswith("msg")]
+    rows = sorted(float(e.get("y")) for e in labels)
+    assert len(rows) == 128 and all(b - a >= ROW for a, b in zip(rows, rows[1:]))
+    assert all(float(a.get("y1")) < float(a.get("y2")) for a in arrows)  # a receipt after its sending
+    for label, arrow in zip(labels, arrows):
+        assert float(arrow.get("y1")) - float(label.get("y")) == 2
+
+
 def test_the_page_is_self_contained_and_no_text_of_the_history_can_close_its_script():
     trace = Trace.load(REGRESSIONS / "sessions-8e972d4b4e3d.json")
     history = history_of(trace, IGNORES_START_POS.factory, "planted")

@@ -350,21 +350,28 @@ def write_html(history: dict[str, Any], path: Path) -> Path:
     return Path(path)
 
 
+#: Pixels between two events of the message diagram: more than a label's height (9 px).
+ROW = 13
+
+
 def message_diagram(messages: list[dict[str, Any]], limit: int = 400) -> str:
     """A Lamport diagram of ``messages`` (the first ``limit``): one vertical line per process
-    (the coordinator, then each node), time downwards, an arrow per message from its sending
-    to its receipt.  SVG text, every label escaped by ElementTree."""
+    (the coordinator, then each node), logical time downwards, an arrow per message from its
+    sending to its receipt.  Every sending and every receipt has a row of its own, in the order
+    they happened (a sending before its receipt), so no two labels share a row: each label sits
+    just above its arrow's start.  SVG text, every label escaped by ElementTree."""
     shown = sorted(messages, key=lambda m: (m["sent"], m["received"]))[:limit]
     procs = ["coordinator"] + sorted({m["to"] for m in shown} | {m["from"] for m in shown} - {"coordinator"},
                                      key=lambda p: (len(p), p))
     x = {p: 90 + 140 * i for i, p in enumerate(procs)}
-    t0 = min((m["sent"] for m in shown), default=0.0)
-    t1 = max((m["received"] for m in shown), default=1.0)
-    height = 60 + max(300, 14 * len(shown))
-    scale = (height - 80) / max(t1 - t0, 1e-9)
+    # (time, a sending before a receipt at the same time, the message): one row each.
+    events = sorted([(m["sent"], 0, k) for k, m in enumerate(shown)]
+                    + [(m["received"], 1, k) for k, m in enumerate(shown)])
+    row = {(kind, k): r for r, (_, kind, k) in enumerate(events)}
+    height = 70 + max(300, ROW * len(events))
 
-    def y(t: float) -> str:
-        return f"{50 + (t - t0) * scale:.1f}"
+    def y(kind: int, k: int) -> str:
+        return f"{50 + ROW * row[(kind, k)]:.1f}"
 
     width = 90 + 140 * len(procs)
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "id": "messages", "width": str(width),
@@ -377,15 +384,16 @@ def message_diagram(messages: list[dict[str, Any]], limit: int = 400) -> str:
         ET.SubElement(svg, "line", {"x1": str(x[p]), "y1": "40", "x2": str(x[p]), "y2": str(height - 10),
                                     "stroke": "#999"})
         ET.SubElement(svg, "text", {"x": str(x[p]), "y": "25", "text-anchor": "middle"}).text = p
-    for m in shown:
-        line = ET.SubElement(svg, "line", {"x1": str(x[m["from"]]), "y1": y(m["sent"]), "x2": str(x[m["to"]]),
-                                           "y2": y(m["received"]), "marker-end": "url(#arrow)",
+    for k, m in enumerate(shown):
+        line = ET.SubElement(svg, "line", {"x1": str(x[m["from"]]), "y1": y(0, k), "x2": str(x[m["to"]]),
+                                           "y2": y(1, k), "marker-end": "url(#arrow)",
                                            "class": "msg reply" if m["to"] == "coordinator" else "msg"})
         ET.SubElement(line, "title").text = f"{m['label']}: sent {m['sent']:g}, received {m['received']:g}"
-        mid_x = (x[m["from"]] + x[m["to"]]) / 2
-        mid_y = (float(y(m["sent"])) + float(y(m["received"]))) / 2 - 2
-        ET.SubElement(svg, "text", {"x": f"{mid_x:.0f}", "y": f"{mid_y:.1f}", "text-anchor": "middle",
-                                    "class": "msglabel"}).text = m["label"]
+        rightwards = x[m["to"]] >= x[m["from"]]
+        ET.SubElement(svg, "text", {"x": str(x[m["from"]] + (4 if rightwards else -4)),
+                                    "y": f"{float(y(0, k)) - 2:.1f}",
+                                    "text-anchor": "start" if rightwards else "end",
+                                    "class": "msglabel"}).text = f"{m['label']} (t={m['sent']:g})"
     if len(messages) > limit:
         ET.SubElement(svg, "text", {"x": "10", "y": str(height - 2)}).text = \
             f"the first {limit} of {len(messages)} messages"
