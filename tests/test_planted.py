@@ -10,6 +10,8 @@ every saved trace gets is what makes these traces short.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,27 +27,31 @@ pytestmark = pytest.mark.xdist_group("planted")
 
 #: A reduced counterexample longer than this is not a short story.
 MAX_STEPS = 12
-LENGTHS: dict[str, int] = {}
+#: Each bug's reduced trace and the folder its saved trace went to, caught once in this process
+#: whichever test asks first (xdist does not keep a group's order).
+CAUGHT: dict[str, tuple[Any, Path]] = {}
 
 
-def _caught(bug, save_dir):
-    """The reduced trace of ``bug``, caught by its machine under ``ci`` (no shrink phase)."""
-    config = MachineConfig(bug.factory, f"planted.engines:{bug.name}")
-    with pytest.raises(AssertionError):
-        run_machine(MACHINES[bug.machine], config, settings=CI_NO_SHRINK,
-                    save_dir=save_dir, note=f"planted bug {bug.name} ({bug.rule})")
-    assert config.failures, "the machine failed but left no trace"
-    trace = config.failures[-1]
-    LENGTHS[bug.name] = len(trace.steps)
-    return trace
+def _caught(bug, tmp_path_factory):
+    """The reduced trace of ``bug``, caught by its machine under ``ci`` (no shrink phase), and
+    the folder holding the trace it saved."""
+    if bug.name not in CAUGHT:
+        save_dir = tmp_path_factory.mktemp(bug.name)
+        config = MachineConfig(bug.factory, f"planted.engines:{bug.name}")
+        with pytest.raises(AssertionError):
+            run_machine(MACHINES[bug.machine], config, settings=CI_NO_SHRINK,
+                        save_dir=save_dir, note=f"planted bug {bug.name} ({bug.rule})")
+        assert config.failures, "the machine failed but left no trace"
+        CAUGHT[bug.name] = (config.failures[-1], save_dir)
+    return CAUGHT[bug.name]
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
-def test_planted_bug_is_caught(bug, tmp_path):
-    trace = _caught(bug, tmp_path)
+def test_planted_bug_is_caught(bug, tmp_path_factory):
+    trace, save_dir = _caught(bug, tmp_path_factory)
     assert len(trace.steps) <= MAX_STEPS, f"reduced trace has {len(trace.steps)} steps"
     # The saved trace replays deterministically: it fails on the bug...
-    saved = sorted(tmp_path.glob("*.json"))
+    saved = sorted(save_dir.glob("*.json"))
     assert len(saved) == 1
     assert replay(trace, bug.factory, "planted").failed
     # ...and passes on the fixture engine.
@@ -60,14 +66,10 @@ def test_at_least_ten_bugs_over_every_rule():
                                        "determinism", "fault semantics", "crash"}
 
 
-def test_median_reduced_length_is_short(tmp_path):
-    # The lengths the tests above found in this process; a bug whose test ran elsewhere (or
-    # not yet: xdist does not keep a group's order) is caught again here.
-    for bug in BUGS:
-        if bug.name not in LENGTHS:
-            _caught(bug, tmp_path / bug.name)
-    median = statistics.median(LENGTHS.values())
-    print(f"\nreduced trace lengths: {dict(sorted(LENGTHS.items()))}; median {median}")
+def test_median_reduced_length_is_short(tmp_path_factory):
+    lengths = {bug.name: len(_caught(bug, tmp_path_factory)[0].steps) for bug in BUGS}
+    median = statistics.median(lengths.values())
+    print(f"\nreduced trace lengths: {dict(sorted(lengths.items()))}; median {median}")
     assert median <= 6
 
 
