@@ -140,7 +140,7 @@ prompts = now_and_then(chunks, seeded_runs)
 capacities = now_and_then(st.none() | st.integers(0, 10), edges)
 #: A run's width: one run in eight a real one (``MachineConfig.wide_hidden_size``).
 wide = st.integers(0, 7).map(lambda i: i == 0)
-#: Whether a run grows its sessions long: one run in sixteen of the ``sessions`` machine (each
+#: Whether a run grows its sessions long (the ``sessions`` machine's ``grow``): one run in sixteen (each
 #: position a step computes costs the engine and the model alike, so the rest grow by at most
 #: :data:`SHORT_GROWTH` positions a call, still across every boundary below it).
 long_runs = st.integers(0, 15).map(lambda i: i == 0)
@@ -294,25 +294,6 @@ class _EngineMachine(RecordingMachine):
         self._revive()
         self._compute("decode", who, move, position, [token], bad)
 
-    @rule(who=who_choices, kind=st.integers(0, GROWTH_KINDS - 1), u=st.integers(0, SPAN - 1),
-          seed=st.integers(0, 2**32 - 1))
-    def grow(self, who: str, kind: int, u: int, seed: int) -> None:
-        """A session continues where it stands by a run of tokens of any length, or of one that
-        ends on the edge of the next boundary it can reach (``growth_of``): sessions get long in
-        calls of every size, several at once, so a length bug at a position nobody listed meets
-        a call across it, a session view past it, and totals past 2**16.  A session that is not
-        live starts again at a newer epoch."""
-        self._revive()
-        sid = self._sid(who)
-        view = self.runner.model.view(sid)
-        live = view is not None and view[1] == "live"
-        epoch = view[0] if live else (view[0] + 1 if view is not None else 0)
-        start = view[2] if live else 0
-        n = growth_of(start, kind, u, self.reach)
-        n = max(1, min(n, self.session_bound - start))
-        self._run({"op": "prefill", "session_id": sid, "epoch": epoch, "start": start,
-                   "tokens": {"count": n, "seed": seed}})
-
     @rule(op=close_ops, sid=st.sampled_from(SIDS), move=epoch_moves)
     def close(self, op: str, sid: str, move: Any) -> None:
         self._revive()
@@ -358,6 +339,25 @@ class SessionsMachine(_EngineMachine):
     @rule()
     def crash(self) -> None:
         self._run({"op": "prefill", "session_id": CRASH_SID, "epoch": 0, "start": 0, "tokens": [0]})
+
+    @rule(who=who_choices, kind=st.integers(0, GROWTH_KINDS - 1), u=st.integers(0, SPAN - 1),
+          seed=st.integers(0, 2**32 - 1))
+    def grow(self, who: str, kind: int, u: int, seed: int) -> None:
+        """A session continues where it stands by a run of tokens of any length, or of one that
+        ends on the edge of the next boundary it can reach (``growth_of``): sessions get long in
+        calls of every size, several at once, so a length bug at a position nobody listed meets
+        a call across it, a session view past it, and totals past 2**16.  A session that is not
+        live starts again at a newer epoch."""
+        self._revive()
+        sid = self._sid(who)
+        view = self.runner.model.view(sid)
+        live = view is not None and view[1] == "live"
+        epoch = view[0] if live else (view[0] + 1 if view is not None else 0)
+        start = view[2] if live else 0
+        n = growth_of(start, kind, u, self.reach)
+        n = max(1, min(n, self.session_bound - start))
+        self._run({"op": "prefill", "session_id": sid, "epoch": epoch, "start": start,
+                   "tokens": {"count": n, "seed": seed}})
 
 
 _FAULTS = {
