@@ -569,6 +569,19 @@ class UsedTokens16Bit(Wrapper):
         return int(self.inner.used_tokens) % 2**16
 
 
+class RoomCounted16Bit(FakeShardEngine):
+    """Lengths x capacity: the room left under the capacity is computed from a 16-bit count of
+    the positions held, so an engine holding 65,536 or more admits calls it has no room for
+    (``used_tokens`` itself is right)."""
+
+    def _check_room(self, where: Any, drawn: Any, n: int, freed: int) -> None:
+        capacity = self.capacity_tokens
+        if capacity is not None and not drawn.fail_allocation \
+                and n <= capacity - drawn.reserve_tokens - (self.used_tokens - freed) % 2**16:
+            return
+        super()._check_room(where, drawn, n, freed)
+
+
 class CappedCachedView(Wrapper):
     """Lengths: a session's view reports at most a fixed count of cached positions (a
     field narrower than the cache), so a session longer than it reads short."""
@@ -643,5 +656,6 @@ BUGS = (
     Bug("chunk_limit_in_prefill", "lengths: a chunk limit", _wrapped(ChunkLimitInPrefill), "sessions"),
     Bug("miss_across_power_of_two", "lengths: a power of two", _wrapped(MissAcrossPowerOfTwo), "sessions"),
     Bug("used_tokens_16_bit", "lengths: a 16-bit total", _wrapped(UsedTokens16Bit), "sessions"),
+    Bug("room_counted_16_bit", "lengths: a 16-bit total x capacity", RoomCounted16Bit, "sessions"),
     Bug("capped_cached_view", "lengths: a session view's count", _wrapped(CappedCachedView), "sessions"),
 )

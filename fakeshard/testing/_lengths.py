@@ -153,11 +153,11 @@ def boundaries_in(low: int, high: int, kind: str) -> list[int]:
     return list(range(first, high + 1, ROUND_STEP))
 
 
-def growth_of(start: int, kind: int, u: int, longest: int) -> int:
+def growth_of(start: int, kind: int, u: int, longest: int, shortest: int = 1) -> int:
     """How many positions a session holding ``start`` grows by in one call (1 .. ``longest``),
     from two drawn integers, ``kind`` below :data:`GROWTH_KINDS` and ``u`` below :data:`SPAN`:
 
-    * 0, 1: log-uniform from 1 to ``longest`` (:func:`length_of`'s octaves, cut to it);
+    * 0, 1: log-uniform from ``shortest`` to ``longest`` (by octaves, as :func:`length_of`);
     * 2: a long haul, from half of ``longest`` to all of it, so that sessions pass 2**16;
     * 3, 4: to a power of two (3) or a round decimal length (4) the call can reach: the call's
       last position lands just below, at or just above it (``u`` picks the edge, and the
@@ -171,7 +171,9 @@ def growth_of(start: int, kind: int, u: int, longest: int) -> int:
     kind 3..5 growth is log-uniform instead."""
     longest = max(1, longest)
     if kind in (0, 1):
-        return max(1, min(length_of(0, u), longest))
+        low, high = max(1, min(shortest, longest)).bit_length() - 1, longest.bit_length()
+        octave, place = low + (u >> 12) * (high - low) // (SPAN >> 12), u & 4095  # each octave alike
+        return max(1, min(shortest, longest), min((1 << octave) + ((place << octave) >> 12), longest))
     if kind == 2:
         return max(1, longest // 2 + u * (longest - longest // 2) // SPAN)
     edge = u % 3 - 1  # the last position computed: b - 1, b or b + 1

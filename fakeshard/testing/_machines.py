@@ -140,12 +140,14 @@ prompts = now_and_then(chunks, seeded_runs)
 capacities = now_and_then(st.none() | st.integers(0, 10), edges)
 #: A run's width: one run in eight a real one (``MachineConfig.wide_hidden_size``).
 wide = st.integers(0, 7).map(lambda i: i == 0)
-#: Whether a run grows its sessions long (the ``sessions`` machine's ``grow``): one run in sixteen (each
+#: Whether a run grows its sessions long (the ``sessions`` machine's ``grow``): one run in 32 (each
 #: position a step computes costs the engine and the model alike, so the rest grow by at most
 #: :data:`SHORT_GROWTH` positions a call, still across every boundary below it).
-long_runs = st.integers(0, 15).map(lambda i: i == 0)
+long_runs = st.integers(0, 31).map(lambda i: i == 0)
 #: The most positions one ``grow`` of a run that is not long adds.
 SHORT_GROWTH = 600
+#: The capacities of the long runs that have one: past 2**16, within what three long sessions hold.
+LONG_CAPACITIES = (2**16 + 2**12, 2**16 + 2**14, 3 * 2**15)
 
 
 def spread(i: int) -> int:
@@ -229,6 +231,9 @@ class _EngineMachine(RecordingMachine):
         #: How far one ``grow`` reaches, and how long a session grows: in a long run, the longest
         #: prompt and a bounded number of values a session.
         self.reach = self.longest if long else min(self.longest, SHORT_GROWTH)
+        #: A long run's log-uniform grows start at a sixteenth of the reach, so its sessions
+        #: pass 2**16 in total within a run (the boundaries below are the other runs' part).
+        self.shortest = self.reach // 16 if long else 1
         self.session_bound = session_bound(self.config.max_positions, hidden)
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
@@ -330,9 +335,12 @@ class SessionsMachine(_EngineMachine):
 
     @initialize(role=roles, capacity=capacities, seed=st.integers(0, 2), wide=wide, long=long_runs)
     def setup(self, role: str, capacity: Optional[int], seed: int, wide: bool, long: bool) -> None:
-        # A long run has no tight capacity: its sessions are there to grow (capacity meets
-        # lengths in the edges' capacities, 7 .. 32769, of the other runs).
-        self._start(role, None if long else capacity, seed,
+        # A long run has no tight capacity: its sessions are there to grow.  As often as other
+        # runs have one, it has a capacity past 2**16 (from the same draw), so that the room left
+        # is computed over totals a narrow counter cannot hold.
+        if long:
+            capacity = None if capacity is None else LONG_CAPACITIES[capacity % len(LONG_CAPACITIES)]
+        self._start(role, capacity, seed,
                     FaultPlan((FaultRule(Crash(), session_id=CRASH_SID, count=None),)), wide, long)
 
     @precondition(lambda self: self.runner is not None and not self.runner.model.crashed)
@@ -354,7 +362,7 @@ class SessionsMachine(_EngineMachine):
         live = view is not None and view[1] == "live"
         epoch = view[0] if live else (view[0] + 1 if view is not None else 0)
         start = view[2] if live else 0
-        n = growth_of(start, kind, u, self.reach)
+        n = growth_of(start, kind, u, self.reach, self.shortest)
         n = max(1, min(n, self.session_bound - start))
         self._run({"op": "prefill", "session_id": sid, "epoch": epoch, "start": start,
                    "tokens": {"count": n, "seed": seed}})
