@@ -230,7 +230,9 @@ class _EngineMachine(RecordingMachine):
         self.longest = longest_prompt(self.config.max_positions, hidden)
         #: How far one ``grow`` reaches, and how long a session grows: in a long run, the longest
         #: prompt and a bounded number of values a session.
-        self.reach = self.longest if long else min(self.longest, SHORT_GROWTH)
+        # (An eighth of the longest prompt at most, for a factory that states a short one because
+        # its prefill grows faster than linearly: the tiny real model's 1,026 allow 128.)
+        self.reach = self.longest if long else min(self.longest, SHORT_GROWTH, max(self.config.max_positions // 8, 1))
         #: A long run's log-uniform grows start at a sixteenth of the reach, so its sessions
         #: pass 2**16 in total within a run (the boundaries below are the other runs' part).
         self.shortest = self.reach // 16 if long else 1
