@@ -228,6 +228,10 @@ class _EngineMachine(RecordingMachine):
         hidden = self.config.width(wide)
         #: The longest prompt a step sends: the factory's, and a bounded number of values a step.
         self.longest = longest_prompt(self.config.max_positions, hidden)
+        # A factory that states a shorter longest prompt (its prefill grows faster than linearly:
+        # the tiny real model) has no long runs: sessions of thousands of its positions, each
+        # computed by the engine and again by the model's other path, would take the campaign.
+        long = long and self.config.max_positions >= LONGEST
         #: How far one ``grow`` reaches, and how long a session grows: in a long run, the longest
         #: prompt and a bounded number of values a session.
         # (An eighth of the longest prompt at most, for a factory that states a short one because
