@@ -240,7 +240,10 @@ class _EngineMachine(RecordingMachine):
         #: A long run's log-uniform grows start at a sixteenth of the reach, so its sessions
         #: pass 2**16 in total within a run (the boundaries below are the other runs' part).
         self.shortest = self.reach // 16 if long else 1
-        self.session_bound = session_bound(self.config.max_positions, hidden)
+        # Sessions of a factory with a shorter longest prompt stop at it: each position of theirs
+        # costs more the longer the session is (attention), on the engine and on the model's path.
+        self.session_bound = session_bound(self.config.max_positions, hidden) \
+            if self.config.max_positions >= LONGEST else self.config.max_positions
         self.runner = EngineRunner(
             self.config.factory, machine=self.machine_name, factory_name=self.config.factory_name,
             spec=role_spec(role, hidden), seed=seed, capacity=capacity, plan=plan,
