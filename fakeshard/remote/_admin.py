@@ -54,7 +54,10 @@ class ClusterClient:
             body["name"] = name
         if latency is not None:
             body["latency"] = list(latency)
-        return self._call("POST", "/v1/nodes", json=body)
+        # JSON text in ASCII, as the wire writes it: a session id with a lone surrogate (the
+        # contract allows it) travels as its \u escape, which httpx's own encoder refuses.
+        return self._call("POST", "/v1/nodes", content=json.dumps(body).encode("ascii"),
+                          headers={"Content-Type": "application/json"})
 
     def remove(self, name: str) -> None:
         self._call("DELETE", f"/v1/nodes/{name}")
