@@ -15,6 +15,7 @@ source checkout where there is one, else the current folder; ``--out`` and
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -105,6 +106,14 @@ class CheckOptions:
     #: Real seconds the ``program`` machine waits for an answer before failing ``unanswered``
     #: (``None``: its default, 30).
     request_timeout: Optional[float] = None
+    #: A running engine host's control URL (``--engine-url``): the engines are its nodes.
+    engine_url: Optional[str] = None
+    #: A command that starts an engine host and prints its roster (``--engine-cmd``).
+    engine_cmd: Optional[str] = None
+
+
+#: The factory a campaign on an engine host runs (``--engine-url``, ``--engine-cmd``).
+ATTACHED_FACTORY = "fakeshard.remote:attached_engine"
 
 
 @dataclass
@@ -349,7 +358,44 @@ def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> Chec
     raise :class:`CheckError` for bad options."""
     if stream is None:
         stream = sys.stderr
-    evidence_class, factory = _validate(options)
+    if options.engine_url is None and options.engine_cmd is None:
+        return _run_check(options, stream)
+    _need_serve("an engine host (--engine-url, --engine-cmd) is reached over HTTP and")
+    from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, probe_host
+
+    host = None
+    saved = os.environ.get(ENGINE_URL_ENV_VAR)
+    try:
+        try:
+            if options.engine_cmd is not None:
+                host = Host(options.engine_cmd)
+                control = host.control
+            else:
+                control = str(options.engine_url)
+            probe_host(control)
+        except HostError as exc:
+            raise CheckError(str(exc)) from None
+        # The campaign's processes find the host here (the attached factory reads it at each call).
+        os.environ[ENGINE_URL_ENV_VAR] = control
+        return _run_check(dataclasses.replace(options, engine=ATTACHED_FACTORY), stream)
+    finally:
+        if host is not None:
+            host.close()
+        if saved is None:
+            os.environ.pop(ENGINE_URL_ENV_VAR, None)
+        else:
+            os.environ[ENGINE_URL_ENV_VAR] = saved
+
+
+def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
+    try:
+        evidence_class, factory = _validate(options)
+    except Exception as exc:
+        # A host that refuses the kit's first node (the evidence class's probe) is a usage error.
+        attach = sys.modules.get("fakeshard.remote._attach")
+        if attach is not None and isinstance(exc, attach.HostError):
+            raise CheckError(str(exc)) from None
+        raise
     root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
     out.mkdir(parents=True, exist_ok=True)
@@ -523,13 +569,22 @@ def _failure_of(path: str) -> str:
         return ""
 
 
+def engine_label(options: CheckOptions) -> str:
+    """The engine under test in words: a factory, or a host and how it was reached."""
+    if options.engine_cmd is not None:
+        return f"host started by {options.engine_cmd!r} (its nodes, through {ATTACHED_FACTORY})"
+    if options.engine_url is not None:
+        return f"host at {options.engine_url} (its nodes, through {ATTACHED_FACTORY})"
+    return options.engine
+
+
 def what_was_tested(result: CheckResult) -> str:
     """The closing lines: what the campaign tested, and what to do next."""
     o = result.options
     kit_engine = o.engine in ("fakeshard:FakeShardEngine", "fakeshard.real:tiny_engine",
                               "fakeshard.remote:served_engine")
     coordinators = set(o.machines) & set(_SITUATION_MACHINES)
-    theirs = [f"engine {o.engine}" + (" (the kit's own)" if kit_engine else "")]
+    theirs = [f"engine {engine_label(o)}" + (" (the kit's own)" if kit_engine else "")]
     if coordinators:
         theirs.append(f"coordinator program {o.coordinator_cmd!r}" if o.coordinator_cmd else
                       f"coordinator {o.coordinator}" if o.coordinator else "the kit's reference coordinators")
@@ -567,7 +622,8 @@ def summary_json(result: CheckResult) -> dict[str, Any]:
     return {
         "format": 1, "result": "failed" if result.failed or not result.probes_ok or not result.coverage_ok
         else "passed",
-        "engine": result.options.engine, "evidence_class": result.evidence_class,
+        "engine": result.options.engine, "engine_url": result.options.engine_url,
+        "engine_cmd": result.options.engine_cmd, "evidence_class": result.evidence_class,
         "coordinator": result.options.coordinator, "coordinator_cmd": result.options.coordinator_cmd,
         "profile": result.options.profile, "seed": result.options.seed, "elapsed": round(result.elapsed, 3),
         "probes_required": result.probes_required, "missing_probes": list(result.missing_probes),

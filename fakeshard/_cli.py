@@ -42,6 +42,12 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated subset of {','.join(ALL_MACHINES)} (default: {','.join(MACHINES)})")
     p.add_argument("--engine", default=None,
                    help="engine factory module:callable (default: $FAKESHARD_ENGINE, else fakeshard:FakeShardEngine)")
+    p.add_argument("--engine-url", default=None, metavar="CONTROL_URL",
+                   help="an engine host already running (any language, HTTP API v1): its control port's URL; "
+                        "every engine the campaign makes is a node the host adds (docs/contract.md, Engine hosts)")
+    p.add_argument("--engine-cmd", default=None, metavar="'CMD ARGS'",
+                   help="a command that starts an engine host and prints its roster line; started before the "
+                        "campaign, stopped (with its children) after it")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (default 1)")
     p.add_argument("--out", type=Path, default=Path(".fakeshard/check"),
                    help="where coverage data, reports and the pytest log go (default .fakeshard/check, "
@@ -148,7 +154,14 @@ def campaign_options(args: argparse.Namespace) -> "CheckOptions":
         if given and not set(readers) & set(machines):
             raise CheckError(f"{option} is for the {' and '.join(readers)} machine{'s' if len(readers) > 1 else ''}, "
                              f"which this campaign does not run (its machines: {','.join(machines)})")
+    engine_url, engine_cmd = getattr(args, "engine_url", None), getattr(args, "engine_cmd", None)
+    hosts = [o for o, v in (("--engine-url", engine_url), ("--engine-cmd", engine_cmd)) if v is not None]
+    if len(hosts) > 1 or (hosts and args.engine is not None):
+        raise CheckError(f"{' and '.join((['--engine'] if args.engine is not None else []) + hosts)} each name the "
+                         "engine under test: give one (--engine a factory in process, --engine-url a running "
+                         "host, --engine-cmd a command that starts one)")
     return CheckOptions(
+        engine_url=engine_url, engine_cmd=engine_cmd,
         profile=args.profile, seed=args.seed, examples=args.examples, steps=args.steps,
         machines=machines, coordinator=coordinator, engine=resolve_factory_name(args.engine), workers=args.workers,
         out=args.out, traces=args.traces or _env_path("FAKESHARD_TRACES_DIR"),
@@ -166,12 +179,19 @@ def _env_path(name: str) -> "Path | None":
 def _check(args: argparse.Namespace) -> int:
     import json
 
-    from fakeshard._check import required_probes, run_check, summary_json, summary_table, what_was_tested
+    from fakeshard._check import (
+        engine_label,
+        required_probes,
+        run_check,
+        summary_json,
+        summary_table,
+        what_was_tested,
+    )
 
     result = run_check(campaign_options(args))
     out = sys.stdout
     out.write(summary_table(result) + "\n\n")
-    out.write(f"engine: {result.options.engine} (evidence class: {result.evidence_class}"
+    out.write(f"engine: {engine_label(result.options)} (evidence class: {result.evidence_class}"
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
     required = required_probes()
     if result.probes_required:  # a whole ci campaign of the engine machines (check.full_ci)

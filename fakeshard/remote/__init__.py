@@ -16,7 +16,8 @@ an answer outside the documented set       ``RemoteError``
 
 The package holds one idea a module: ``_engine`` (the ``ShardEngine`` over HTTP),
 ``_admin`` (the control port's calls), ``_serve`` (``serve()``) and ``_served``
-(the factories of served engines).
+(the factories of served engines), ``_attach`` (engines on a host in any language,
+attached by its control URL or started from a command).
 
 ``serve(topology)`` runs a topology (in this process, or in a separate
 ``fakeshard serve`` process) and hands out clients and admin calls;
@@ -28,15 +29,22 @@ contract suite and the machines over the network.
 from __future__ import annotations
 
 from fakeshard.remote._admin import ClusterClient
+from fakeshard.remote._attach import ENGINE_URL_ENV_VAR, Host, HostError, attached, attached_engine, probe_host
 from fakeshard.remote._engine import SERVER_ENV_VAR, RemoteError, RemoteShardEngine, session_path
 from fakeshard.remote._serve import serve
 from fakeshard.remote._served import served, served_engine
 
 __all__ = [
     "ClusterClient",
+    "ENGINE_URL_ENV_VAR",
+    "Host",
+    "HostError",
     "RemoteError",
     "RemoteShardEngine",
     "SERVER_ENV_VAR",
+    "attached",
+    "attached_engine",
+    "probe_host",
     "serve",
     "served",
     "served_engine",

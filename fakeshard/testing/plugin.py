@@ -5,6 +5,8 @@ Installed with the package, so a project's own tests get, with no conftest:
 * ``--engine module:callable`` (repeatable; else ``$FAKESHARD_ENGINE``, comma-separated;
   else ``fakeshard:FakeShardEngine``): every test that takes ``engine_factory`` runs once
   per factory, marked ``fixture`` or ``real_model`` by the engines' evidence class;
+  ``--engine-url CONTROL_URL`` or ``--engine-cmd 'CMD ARGS'`` in its place: the engines are
+  the nodes of an engine host in any language (``fakeshard.remote.attached_engine``);
 * ``--coordinator module:callable`` (else ``$FAKESHARD_COORDINATOR``; else the kit's
   reference coordinator): the ``coordinator_factory`` fixture;
 * the markers ``fixture``, ``real_model`` and ``fixture_choice(reason)``, and a report
@@ -66,6 +68,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"comma-separated, else {DEFAULT_FACTORY})",
     )
     group.addoption(
+        "--engine-url", default=None, metavar="CONTROL_URL",
+        help="run the engine tests on the nodes of an engine host already running (any language, HTTP API v1), "
+        "given by its control port's URL (docs/contract.md, Engine hosts)",
+    )
+    group.addoption(
+        "--engine-cmd", default=None, metavar="'CMD ARGS'",
+        help="start an engine host with this command (it prints its roster line), run the engine tests on its "
+        "nodes, and stop it at the end",
+    )
+    group.addoption(
         "--coordinator", default=None,
         help=f"coordinator factory as module:callable (default: ${COORDINATOR_ENV_VAR}, "
         f"else {DEFAULT_COORDINATOR}); an async one is tested by the concurrent machine",
@@ -111,7 +123,7 @@ RUN = pytest.StashKey[KitRun]()
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    names = config.getoption("--engine") or \
+    names = _attach_host(config) or config.getoption("--engine") or \
         [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()] or [DEFAULT_FACTORY]
     factories = {}
     for name in names:
@@ -131,6 +143,34 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(problem)
     config.stash[RUN] = KitRun(factories, classes, coordinator, program)
     _profiles(config)
+
+
+def _attach_host(config: pytest.Config) -> list[str]:
+    """With ``--engine-url`` or ``--engine-cmd``: the attached factory's name, its host reached
+    (started first by the command, in the controlling process only; xdist's workers find its
+    URL in the environment they inherit) and stopped when pytest ends."""
+    url, command = config.getoption("--engine-url"), config.getoption("--engine-cmd")
+    if url is None and command is None:
+        return []
+    if (url is not None and command is not None) or config.getoption("--engine"):
+        raise pytest.UsageError("--engine, --engine-url and --engine-cmd each name the engine under test: give one")
+    try:
+        from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, probe_host
+    except ImportError as exc:
+        raise pytest.UsageError(f"an engine host is reached over HTTP, which needs the serve extra ({exc.name} "
+                                "missing): python3 -m pip install 'fakeshard[serve]'") from None
+    try:
+        if command is not None and hasattr(config, "workerinput"):
+            url = os.environ[ENGINE_URL_ENV_VAR]  # the controlling process started the host
+        elif command is not None:
+            host = Host(command)
+            config.add_cleanup(host.close)
+            url = host.control
+        probe_host(str(url))
+    except HostError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    os.environ[ENGINE_URL_ENV_VAR] = str(url)
+    return ["fakeshard.remote:attached_engine"]
 
 
 def _profiles(config: pytest.Config) -> None:

@@ -1,0 +1,245 @@
+"""Engines on a host the kit did not start in process: a node host in any language, attached by
+the URL of its control port or started from a command (docs/contract.md, "Engine hosts").
+
+A host serves HTTP API v1: each node's data plane, and of the control port at least
+``GET /v1/nodes``, ``POST /v1/nodes``, ``DELETE /v1/nodes/{name}`` and
+``POST /v1/nodes/{name}/restart``. Started from a command, it prints its roster (one JSON
+line, as ``fakeshard serve`` does) on standard output when ready. :func:`attached` is an
+engine factory whose every engine is a node the host adds; the suites and the machines drive
+it as any other engine, judged by the contract alone (``fixture_choices`` is false).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import weakref
+from typing import IO, Any, NoReturn, Optional
+
+import httpx
+
+from fakeshard._clock import Clock
+from fakeshard._contract import ShardSpec
+from fakeshard._errors import ShardError
+from fakeshard._faults import FaultPlan
+from fakeshard.remote._admin import ClusterClient
+from fakeshard.remote._engine import RemoteError, RemoteShardEngine, new_client
+
+#: The environment variable holding the control URL of the host :data:`attached_engine` uses.
+ENGINE_URL_ENV_VAR = "FAKESHARD_ENGINE_URL"
+#: Seconds a host started from a command has to print its roster.
+READY_TIMEOUT = 30.0
+
+
+class HostError(Exception):
+    """A host that cannot be used: a command that does not start, no roster in time, a control
+    port that answers outside the contract. A usage error (``check`` exits 2), never a failure
+    the campaign found."""
+
+
+def check_control_url(url: object) -> str:
+    """``url`` if it is a control URL the kit can use (``http://HOST:PORT``), else :class:`HostError`."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
+        raise HostError(f"a host's control URL is http://HOST:PORT, got {url!r}")
+    return url.rstrip("/")
+
+
+def probe_host(url: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """The roster the host at control URL ``url`` answers to ``GET /v1/nodes``; :class:`HostError`
+    naming what was wrong if it cannot be reached or answers outside the contract."""
+    control = check_control_url(url)
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            response = client.get(control + "/v1/nodes")
+    except httpx.HTTPError as exc:
+        raise HostError(f"host {control}: GET /v1/nodes failed: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise HostError(f"host {control}: GET /v1/nodes answered HTTP {response.status_code}, "
+                        "the contract's answer is 200 and the roster") from None
+    try:
+        roster = response.json()
+    except ValueError:
+        raise HostError(f"host {control}: GET /v1/nodes answered no JSON: {response.text[:120]!r}") from None
+    if not isinstance(roster, dict) or roster.get("kind") != "roster" or not isinstance(roster.get("nodes"), dict):
+        raise HostError(f"host {control}: GET /v1/nodes answered no roster (an object with "
+                        f"\"kind\": \"roster\" and a \"nodes\" object): {str(roster)[:120]}")
+    return roster
+
+
+class Host:
+    """A host started from ``command`` (one shell-quoted command line, run without a shell, in a
+    process group of its own): ready once it printed its roster line; :meth:`close` stops it
+    and its children (SIGTERM to the group; once the host exited, or ``grace`` seconds passed,
+    SIGKILL to what remains of the group)."""
+
+    def __init__(self, command: str, *, ready_timeout: float = READY_TIMEOUT, grace: float = 5.0) -> None:
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise HostError(f"--engine-cmd {command!r} is no command line: {exc}") from None
+        if not argv:
+            raise HostError("--engine-cmd is empty: give the command that starts your host")
+        self.command, self.grace = command, grace
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=self._stderr, start_new_session=True)
+        except OSError as exc:
+            self._stderr.close()
+            raise HostError(f"--engine-cmd {command!r} did not start: {exc.strerror or exc}") from None
+        lines: "queue.Queue[bytes]" = queue.Queue()
+        # Standard output is read to its end, so a host that keeps printing never blocks on it.
+        self._reader = threading.Thread(target=_drain, args=(self.proc.stdout, lines), daemon=True)
+        self._reader.start()
+        try:
+            line = lines.get(timeout=ready_timeout)
+        except queue.Empty:
+            self._fail(f"printed no roster line within {ready_timeout:g} s")
+        if not line:
+            self._fail(f"exited ({self.proc.wait()}) before it printed its roster")
+        try:
+            roster = json.loads(line)
+            self.control = check_control_url(roster["control"])
+        except (ValueError, KeyError, TypeError, HostError):
+            self._fail("printed a first line that is no roster (one JSON object with \"control\": "
+                       f"\"http://HOST:PORT\"): {line[:120]!r}")
+        self.roster: dict[str, Any] = roster
+
+    def _fail(self, what: str) -> "NoReturn":
+        self._stderr.seek(0)
+        tail = self._stderr.read()[-400:].decode("utf-8", "replace").strip()
+        self.close()
+        said = f"; its standard error ends: {tail}" if tail else ""
+        raise HostError(f"--engine-cmd {self.command!r} {what}{said}")
+
+    def close(self) -> None:
+        """Stop the host and its children; idempotent."""
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever of the group outlived the host (or ignored SIGTERM) is killed.
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(timeout=self.grace)  # it closes standard output at its end
+        if not self._stderr.closed:
+            self._stderr.close()
+
+    def __enter__(self) -> "Host":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _drain(stream: Optional[IO[bytes]], lines: "queue.Queue[bytes]") -> None:
+    if stream is None:  # pragma: no cover - stdout is a pipe
+        lines.put(b"")
+        return
+    first = True
+    with stream:
+        for line in iter(stream.readline, b""):
+            if first:
+                lines.put(line)
+                first = False
+    if first:
+        lines.put(b"")
+
+
+class _Attached:
+    """One host's control port and connection pool, shared by the engines made on it."""
+
+    lock = threading.Lock()
+    by_url: dict[str, "_Attached"] = {}
+
+    def __init__(self, control: str) -> None:
+        self.admin = ClusterClient({"control": control})
+        self.client = new_client(30.0)
+        #: Nodes whose engines are gone: removed before the next node is added (or at exit).
+        self.doomed: "collections.deque[str]" = collections.deque()
+        atexit.register(self.sweep)
+
+    def sweep(self) -> None:
+        while self.doomed:
+            try:
+                self.admin.remove(self.doomed.popleft())
+            except (httpx.HTTPError, RemoteError, ShardError):
+                pass
+
+    @classmethod
+    def of(cls, control: str) -> "_Attached":
+        with cls.lock:
+            attached = cls.by_url.get(control)
+            if attached is None:
+                attached = cls.by_url[control] = cls(control)
+            return attached
+
+
+def _check_arguments(spec: object, seed: object, capacity_tokens: object, clock: object, faults: object) -> None:
+    """The factory's arguments, refused here with a typed error before anything is sent."""
+    if not isinstance(spec, ShardSpec):
+        raise TypeError(f"spec must be a ShardSpec, got {type(spec).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if capacity_tokens is not None and (isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, int)
+                                        or capacity_tokens < 0):
+        raise ValueError(f"capacity_tokens must be None or an int >= 0, got {capacity_tokens!r}")
+    if clock is not None and not isinstance(clock, Clock):
+        raise TypeError(f"clock must have now() and sleep(seconds), got {type(clock).__name__}")
+    if faults is not None and not isinstance(faults, FaultPlan):
+        raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+
+
+def attached(control: Optional[str] = None) -> Any:
+    """An engine factory whose every engine is a node added to the host at control URL
+    ``control`` (``None``: ``$FAKESHARD_ENGINE_URL``, read at each call), with the signature of
+    ``FakeShardEngine``. A fault plan goes to the host with the node (``POST /v1/nodes``,
+    ``faults``); the caller's clock accounts the node's delays. Judged by the contract alone."""
+
+    def make(spec: ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
+             clock: Optional[Clock] = None, faults: Optional[FaultPlan] = None) -> RemoteShardEngine:
+        _check_arguments(spec, seed, capacity_tokens, clock, faults)
+        url = control if control is not None else os.environ.get(ENGINE_URL_ENV_VAR)
+        if not url:
+            raise HostError(f"no host to attach to: give --engine-url URL or --engine-cmd CMD "
+                            f"(or set ${ENGINE_URL_ENV_VAR})")
+        host = _Attached.of(check_control_url(url))
+        host.sweep()
+        plan = faults if faults is not None and faults.rules else None
+        try:
+            described = host.admin.add(spec, seed=seed, capacity_tokens=capacity_tokens, faults=plan)
+        except httpx.HTTPError as exc:
+            raise HostError(f"host {url}: POST /v1/nodes failed: {type(exc).__name__}: {exc}") from None
+        except (RemoteError, ShardError) as exc:
+            what = "with a fault plan " if plan is not None else ""
+            raise HostError(f"host {url}: POST /v1/nodes {what}was refused: {exc}") from None
+        engine = RemoteShardEngine(described["url"], control=host.admin.control, name=described["name"],
+                                   client=host.client, clock=clock)
+        weakref.finalize(engine, host.doomed.append, described["name"])
+        return engine
+
+    make.fixture_choices = False  # type: ignore[attr-defined]
+    make.__name__ = "attached_engine"
+    return make
+
+
+#: The factory ``--engine-url`` and ``--engine-cmd`` run the suites on: ``$FAKESHARD_ENGINE_URL``'s host.
+attached_engine = attached()
+

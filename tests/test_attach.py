@@ -1,0 +1,213 @@
+"""Engine hosts in any language: attached by URL or started by a command (docs/contract.md,
+"Engine hosts"). The host here is ``fakeshard serve`` with no nodes, started as a user's
+program would be; every network call goes to 127.0.0.1, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="an engine host is served: the extra 'serve'")
+pytest.importorskip("httpx", reason="an engine host is reached over HTTP: the extra 'serve'")
+
+from fakeshard import DropResponse, FaultPlan, FaultRule, ResponseLost, ShardSpec, TokenBundle  # noqa: E402
+from fakeshard.remote import Host, HostError, RemoteShardEngine, attached, probe_host  # noqa: E402
+from fakeshard.testing import checks  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("attach")
+
+SPEC = ShardSpec("attached", 4, 0, 4, hidden_size=4, vocab_size=64)
+
+
+def _serve_command(tmp_path, engine: str = "fakeshard:FakeShardEngine") -> str:
+    topology = tmp_path / "topology.json"
+    topology.write_text(json.dumps({"model": {"model_id": "host", "n_layers": 1}, "engine": engine, "nodes": []}),
+                        encoding="utf-8")
+    return shlex.join([sys.executable, "-m", "fakeshard", "serve", str(topology), "--time-scale", "0"])
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    with Host(_serve_command(tmp_path_factory.mktemp("host"))) as running:
+        yield running
+
+
+def test_a_host_started_by_its_command_serves_nodes_the_kit_adds(host):
+    assert probe_host(host.control)["kind"] == "roster"
+    engine = attached(host.control)(SPEC, seed=1, capacity_tokens=64)
+    assert isinstance(engine, RemoteShardEngine) and engine.capacity_tokens == 64
+    out = engine.prefill(TokenBundle("s", 0, 0, (1, 2, 3)))
+    assert out.pos == 3 and engine.session("s").cached_tokens == 3
+    assert engine.name in probe_host(host.control)["nodes"]
+
+
+@pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
+def test_every_engine_check_passes_on_a_correct_host(host, check):
+    check(attached(host.control))
+
+
+@pytest.mark.parametrize("bad,error", [
+    (dict(capacity_tokens=-1), ValueError), (dict(capacity_tokens="5"), ValueError), (dict(seed="1"), TypeError),
+    (dict(clock=object()), TypeError), (dict(faults=[FaultRule(DropResponse())]), TypeError),
+])
+def test_the_attached_factory_refuses_bad_arguments_before_sending_anything(host, bad, error):
+    before = set(probe_host(host.control)["nodes"])
+    with pytest.raises(error):
+        attached(host.control)(SPEC, **bad)
+    assert set(probe_host(host.control)["nodes"]) == before
+
+
+def test_a_plan_naming_a_session_with_a_lone_surrogate_reaches_the_host(host):
+    # The contract allows such an id; the plan travels as JSON text with its \\u escape.
+    session = "b\udc80"
+    plan = FaultPlan((FaultRule(DropResponse(), op="prefill", session_id=session),))
+    engine = attached(host.control)(SPEC, faults=plan)
+    with pytest.raises(ResponseLost):
+        engine.prefill(TokenBundle(session, 0, 0, (1,)))
+    assert engine.session(session).cached_tokens == 1  # the call was applied, its answer dropped
+
+
+def _script(tmp_path, body: str) -> str:
+    path = tmp_path / "host.py"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return shlex.join([sys.executable, str(path)])
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("import sys; sys.stderr.write('no model file\\n'); sys.exit(3)", "exited (3) before it printed its roster; "
+                                                                       "its standard error ends: no model file"),
+    ("print('listening on 8080', flush=True)", "printed a first line that is no roster"),
+    ("print('{\"control\": \"ftp://x\"}', flush=True)", "printed a first line that is no roster"),
+])
+def test_a_host_that_prints_no_roster_is_a_usage_error_naming_it(tmp_path, body, needle):
+    with pytest.raises(HostError, match="--engine-cmd") as caught:
+        Host(_script(tmp_path, body), ready_timeout=20)
+    assert needle in str(caught.value)
+
+
+def test_a_host_silent_past_its_ready_timeout_is_stopped_and_named(tmp_path):
+    command = _script(tmp_path, "import time; time.sleep(60)")
+    with pytest.raises(HostError, match="printed no roster line within 0.5 s"):
+        Host(command, ready_timeout=0.5)
+
+
+def test_a_command_that_cannot_start_is_a_usage_error(tmp_path):
+    with pytest.raises(HostError, match="did not start"):
+        Host(str(tmp_path / "no-such-host"))
+    with pytest.raises(HostError, match="is empty"):
+        Host("  ")
+
+
+def test_closing_a_host_stops_its_children_too(tmp_path):
+    # A host whose roster names a control URL, and a child that would outlive it.
+    command = _script(tmp_path, """
+        import json, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print(json.dumps({"kind": "roster", "control": "http://127.0.0.1:9", "child": child.pid}), flush=True)
+        time.sleep(120)
+    """)
+    host = Host(command, grace=2)
+    child = host.roster["child"]
+    assert _running(host.proc.pid) and _running(child)
+    host.close()
+    host.close()  # idempotent
+    assert not _running(host.proc.pid)
+    # The child was sent SIGKILL: its end is the kernel's, not a wait on the machine's speed.
+    for _ in range(200):
+        if not _running(child):
+            break
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended and not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("url,needle", [
+    ("127.0.0.1:8080", "is http://HOST:PORT"),
+    ("http://127.0.0.1:9", "GET /v1/nodes failed"),
+])
+def test_a_url_that_is_no_host_is_a_usage_error(url, needle):
+    with pytest.raises(HostError, match=needle.replace("/", ".")):
+        probe_host(url, timeout=5)
+
+
+def _check(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fakeshard", "check", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--engine-url", "http://127.0.0.1:9"], "GET /v1/nodes failed"),
+    (["--engine-url", "localhost"], "is http://HOST:PORT"),
+    (["--engine-cmd", "no-such-host-program --port 0"], "did not start"),
+    (["--engine", "fakeshard:FakeShardEngine", "--engine-url", "http://127.0.0.1:9"], "give one"),
+    (["--engine-url", "http://127.0.0.1:9", "--engine-cmd", "x"], "give one"),
+])
+def test_check_refuses_a_host_it_cannot_use_in_one_line_exit_2(args, needle, tmp_path):
+    done = _check(*args, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert needle in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "FAILED" not in done.stdout
+
+
+def test_check_runs_the_machines_on_a_host_it_starts_and_stops_it(tmp_path):
+    command = _serve_command(tmp_path)
+    done = _check("--engine-cmd", command, "--machines", "sessions,faults", "--profile", "dev", "--seed", "1",
+                  "--examples", "3", "--steps", "6", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "s.json"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"engine: host started by {command!r}" in done.stdout
+    summary = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
+    assert summary["engine_cmd"] == command and summary["engine"] == "fakeshard.remote:attached_engine"
+    assert [m["result"] for m in summary["machines"]] == ["passed", "passed"]
+    # Nothing of the host is left running: its topology's path is in no process's command line.
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path / "topology.json") not in procs
+
+
+def test_the_plugin_runs_a_projects_engine_tests_on_a_host_it_starts(tmp_path):
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
+        from fakeshard import ShardSpec, TokenBundle
+        from fakeshard.remote import RemoteShardEngine
+
+        def test_engine(engine_factory):
+            engine = engine_factory(ShardSpec("m", 2, 0, 2, hidden_size=4, vocab_size=64))
+            assert isinstance(engine, RemoteShardEngine)
+            assert engine.prefill(TokenBundle("s", 0, 0, (1, 2))).pos == 2
+    """), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
+                           "--engine-cmd", _serve_command(tmp_path), "test_mine.py"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "fakeshard.remote:attached_engine" in done.stdout
+
+
+def test_the_plugin_refuses_a_host_it_cannot_use(tmp_path):
+    (tmp_path / "test_mine.py").write_text("def test_engine(engine_factory):\n    pass\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--engine-url", "http://127.0.0.1:9", "test_mine.py"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 4 and "GET /v1/nodes failed" in done.stderr, done.stderr[-2000:]
+
+
+def test_sigterm_stops_fakeshard_serve_as_a_host_is_stopped(tmp_path):
+    # The kit stops a host with SIGTERM to its group: fakeshard serve, the reference host, exits 0 on it.
+    host = Host(_serve_command(tmp_path))
+    os.killpg(host.proc.pid, signal.SIGTERM)
+    assert host.proc.wait(timeout=30) == 0
+    host.close()
