@@ -211,3 +211,14 @@ def test_sigterm_stops_fakeshard_serve_as_a_host_is_stopped(tmp_path):
     os.killpg(host.proc.pid, signal.SIGTERM)
     assert host.proc.wait(timeout=30) == 0
     host.close()
+
+
+def test_a_real_model_host_is_refused_with_its_reason_not_judged_exactly(tmp_path):
+    # Judged without the tolerance a factory states, real arithmetic fails for rounding alone
+    # (a decode against one prefill of the same positions): a false alarm the kit must not raise.
+    pytest.importorskip("gguf", reason="the real-model engine needs the extra 'real'")
+    with Host(_serve_command(tmp_path, "fakeshard.real:tiny_engine")) as real:
+        with pytest.raises(HostError, match="real-model host is not judged yet"):
+            attached(real.control)(SPEC)
+        done = _check("--engine-url", real.control, "--machines", "sessions", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "real-model host is not judged yet" in done.stderr, done.stderr[-2000:]

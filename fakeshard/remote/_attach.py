@@ -233,6 +233,12 @@ def attached(control: Optional[str] = None) -> Any:
         engine = RemoteShardEngine(described["url"], control=host.admin.control, name=described["name"],
                                    client=host.client, clock=clock)
         weakref.finalize(engine, host.doomed.append, described["name"])
+        if engine.evidence_class != "fixture":
+            # Real arithmetic is judged within a tolerance the factory states (and its logits, for
+            # near ties); a host states neither, and judged exactly it would fail for rounding.
+            raise HostError(f"host {url}: its nodes' evidence class is {engine.evidence_class!r}; a real-model "
+                            "host is not judged yet (its tolerance is not known to the kit): run its engine in "
+                            "process with --engine module:factory, which states tolerance and logits")
         return engine
 
     make.fixture_choices = False  # type: ignore[attr-defined]

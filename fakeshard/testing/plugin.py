@@ -23,6 +23,7 @@ Turn it off with ``-p no:fakeshard``.
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -131,7 +132,14 @@ def pytest_configure(config: pytest.Config) -> None:
             factories[name] = load_factory(name)
         except FactoryError as exc:
             raise pytest.UsageError(str(exc)) from None
-    classes = {n: evidence_class_of(f) for n, f in factories.items()}
+    try:
+        classes = {n: evidence_class_of(f) for n, f in factories.items()}
+    except Exception as exc:
+        # A host that refuses the kit's first node (the evidence class's probe) is a usage error.
+        attach = sys.modules.get("fakeshard.remote._attach")
+        if attach is not None and isinstance(exc, attach.HostError):
+            raise pytest.UsageError(str(exc)) from None
+        raise
     coordinator = option_or_env(config.getoption("--coordinator"), COORDINATOR_ENV_VAR, DEFAULT_COORDINATOR)
     program = option_or_env(config.getoption("--coordinator-cmd"), PROGRAM_ENV_VAR)
     timeout = config.getoption("--request-timeout")
