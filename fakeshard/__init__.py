@@ -43,6 +43,7 @@ from fakeshard._faults import (
     MemoryPressure,
 )
 from fakeshard._feeder import Feeder
+from fakeshard._layer import FaultLayer
 from fakeshard._pipeline import Pipeline
 from fakeshard._protocol import ShardEngine
 
@@ -60,6 +61,7 @@ __all__ = [
     "EngineError",
     "FakeShardEngine",
     "FaultInjector",
+    "FaultLayer",
     "FaultPlan",
     "FaultRule",
     "Feeder",

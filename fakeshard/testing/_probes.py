@@ -205,19 +205,27 @@ def held(total: int, cached: list[int]) -> list[str]:
     return names
 
 
-def required(longest: int = LONGEST) -> frozenset[str]:
+def required(longest: int = LONGEST, kinds: frozenset[str] = frozenset(_FAULT_KINDS)) -> frozenset[str]:
     """:data:`REQUIRED` of a factory whose prompts stop at ``longest`` positions (its
-    ``machine_max_positions``): the positions past its last are not required, nor a total past
-    2**16 where the machines' three sessions of four such prompts cannot hold one."""
+    ``machine_max_positions``) and whose engines apply the fault ``kinds`` (its ``fault_kinds``):
+    the positions past its last are not required, nor a total past 2**16 where the machines'
+    three sessions of four such prompts cannot hold one, nor a fault of a kind not applied
+    (without ``MemoryPressure``, no reserve either)."""
     drop = {f"position:{p}" for p in EDGES if p >= longest}
     if 3 * 4 * longest <= TOTAL_PROBE:
         drop.add(f"length:total_past_{TOTAL_PROBE}")
+    for kind in set(_FAULT_KINDS) - set(kinds):
+        drop |= {p for p in REQUIRED if p == f"fault:{kind}" or p.startswith(f"cross:fault:{kind}+")}
+        if kind == "MemoryPressure":  # its reserve, and the session rules' "pressure" condition
+            drop |= {p for p in REQUIRED if p.startswith("cross:capacity:reserve+")
+                     or "pressure" in p.split(":")[-1].split("+")}
     return REQUIRED - drop
 
 
-def missing(seen: Counter[str] | set[str] | None = None, longest: int = LONGEST) -> list[str]:
+def missing(seen: Counter[str] | set[str] | None = None, longest: int = LONGEST,
+            kinds: frozenset[str] = frozenset(_FAULT_KINDS)) -> list[str]:
     have = set(seen if seen is not None else reached)
-    return sorted(required(longest) - have)
+    return sorted(required(longest, kinds) - have)
 
 
 def impossible(seen: Counter[str] | set[str] | None = None) -> list[str]:

@@ -31,6 +31,7 @@ from fakeshard import (
 )
 from fakeshard._factory import makes_fixture_choices
 from fakeshard._judge import Judge
+from fakeshard._layer import fault_kinds_of, without_unapplied
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._lengths import tokens_of
 from fakeshard.testing._model import OK, Expected, Model, Oracle, ReferenceFailed
@@ -322,6 +323,11 @@ class EngineRunner:
         self.judge = Judge(factory, tolerance)
         self.fixture_choices = makes_fixture_choices(factory)
         self.clock = VirtualClock()
+        # The plan of what the factory's engines apply (a layer in front of an engine applies no
+        # MemoryPressure): the engine and the model are given the same one.
+        applied = without_unapplied(plan, fault_kinds_of(factory))
+        assert applied is not None
+        plan = applied
         self.engine = factory(spec, seed=seed, capacity_tokens=capacity, clock=self.clock, faults=plan)
         self.model = Model(Oracle(factory, spec, seed), capacity=capacity, plan=plan)
         self.known: set[str] = set()

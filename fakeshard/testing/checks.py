@@ -141,6 +141,11 @@ def check_capacity_edges(factory: Factory) -> None:
         "a decode met a reserve made for prefills only"
 
 
+#: The fault kinds a check's plans use beyond the rest: a factory whose engines apply none of
+#: them (a layer in front of an engine applies no MemoryPressure) skips the check, saying why.
+check_capacity_edges.fault_kinds_needed = frozenset({"MemoryPressure"})  # type: ignore[attr-defined]
+
+
 def check_replace_faults(factory: Factory) -> None:
     """An engine that can swap its plan (as a served node's control port does: "replace the
     plan (fresh counters, generator and log)"): the new plan runs from its first call, ``None``
