@@ -134,6 +134,8 @@ class CheckResult:
     longest: Optional[int] = None
     #: Whether the probe requirement applies (a whole ``ci`` campaign, :func:`full_ci`).
     probes_required: bool = False
+    #: On an engine host: who applied the fault plans, in words (``None``: an engine in process).
+    faults_applied_by: Optional[str] = None
 
     @property
     def failed(self) -> bool:
@@ -361,7 +363,7 @@ def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> Chec
     if options.engine_url is None and options.engine_cmd is None:
         return _run_check(options, stream)
     _need_serve("an engine host (--engine-url, --engine-cmd) is reached over HTTP and")
-    from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, probe_host
+    from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, attached, probe_host
 
     host = None
     saved = os.environ.get(ENGINE_URL_ENV_VAR)
@@ -373,11 +375,16 @@ def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> Chec
             else:
                 control = str(options.engine_url)
             probe_host(control)
+            # Whether its nodes run fault plans, asked before anything runs: an answer outside the
+            # contract is a usage error here, not a failure of the campaign's first plan.
+            faults_by = attached(control).faults_applied_by()
         except HostError as exc:
             raise CheckError(str(exc)) from None
         # The campaign's processes find the host here (the attached factory reads it at each call).
         os.environ[ENGINE_URL_ENV_VAR] = control
-        return _run_check(dataclasses.replace(options, engine=ATTACHED_FACTORY), stream)
+        result = _run_check(dataclasses.replace(options, engine=ATTACHED_FACTORY), stream)
+        result.faults_applied_by = faults_by
+        return result
     finally:
         if host is not None:
             host.close()
@@ -447,7 +454,9 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
     from fakeshard.testing._lengths import longest_of
 
     result.longest = longest_of(factory)
-    result.missing_probes = probes.missing(result.probes, result.longest)
+    from fakeshard._layer import fault_kinds_of
+
+    result.missing_probes = probes.missing(result.probes, result.longest, fault_kinds_of(factory))
     result.impossible_probes = probes.impossible(result.probes)
     result.probes_required = full_ci(options)
     result.coverage = _coverage_reports(out, rc)
@@ -623,7 +632,8 @@ def summary_json(result: CheckResult) -> dict[str, Any]:
         "format": 1, "result": "failed" if result.failed or not result.probes_ok or not result.coverage_ok
         else "passed",
         "engine": result.options.engine, "engine_url": result.options.engine_url,
-        "engine_cmd": result.options.engine_cmd, "evidence_class": result.evidence_class,
+        "engine_cmd": result.options.engine_cmd, "faults_applied_by": result.faults_applied_by,
+        "evidence_class": result.evidence_class,
         "coordinator": result.options.coordinator, "coordinator_cmd": result.options.coordinator_cmd,
         "profile": result.options.profile, "seed": result.options.seed, "elapsed": round(result.elapsed, 3),
         "probes_required": result.probes_required, "missing_probes": list(result.missing_probes),

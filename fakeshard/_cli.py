@@ -125,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--roster", type=Path, default=None, help="also write the roster JSON to this file")
     serve.add_argument("--time-scale", type=float, default=1.0,
                        help="real seconds per second of Delay (default 1; 0: delays take no real time)")
+    serve.add_argument("--no-fault-plans", action="store_true",
+                       help="refuse fault plans (501 not_supported), as a host that serves only the least the "
+                            "contract asks: the kit then applies each plan itself, in front of the nodes")
     schema = sub.add_parser("schema", help="print the JSON Schemas of the wire and HTTP API v1")
     schema.add_argument("name", nargs="?", default=None, help="one schema (default: all, under $defs)")
     return parser
@@ -193,6 +196,8 @@ def _check(args: argparse.Namespace) -> int:
     out.write(summary_table(result) + "\n\n")
     out.write(f"engine: {engine_label(result.options)} (evidence class: {result.evidence_class}"
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
+    if result.faults_applied_by is not None:
+        out.write(f"faults applied by: {result.faults_applied_by}\n")
     required = required_probes()
     if result.probes_required:  # a whole ci campaign of the engine machines (check.full_ci)
         unreached = f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else ""
@@ -437,8 +442,10 @@ def _serve(args: argparse.Namespace) -> int:
         raise _Fail(f"--time-scale must be >= 0, got {args.time_scale}")
     try:
         topology = Topology.load(args.topology)
+        if args.no_fault_plans and any(node.faults is not None and node.faults.rules for node in topology.nodes):
+            raise _Fail("--no-fault-plans: the topology gives a node a fault plan")
         return run_server(topology, host=args.host, roster=args.roster, time_scale=args.time_scale,
-                          out=sys.stdout)
+                          out=sys.stdout, fault_plans=not args.no_fault_plans)
     except (TopologyError, FactoryError) as exc:
         raise _Fail(str(exc)) from None
     except OSError as exc:

@@ -19,7 +19,20 @@ import pytest
 pytest.importorskip("aiohttp", reason="an engine host is served: the extra 'serve'")
 pytest.importorskip("httpx", reason="an engine host is reached over HTTP: the extra 'serve'")
 
-from fakeshard import DropResponse, FaultPlan, FaultRule, ResponseLost, ShardSpec, TokenBundle  # noqa: E402
+from fakeshard import (  # noqa: E402
+    CacheMiss,
+    Crash,
+    DropResponse,
+    EngineCrashed,
+    FaultPlan,
+    FaultRule,
+    MemoryPressure,
+    ResponseLost,
+    ShardSpec,
+    TokenBundle,
+    wire,
+)
+from fakeshard._layer import FaultLayer  # noqa: E402
 from fakeshard.remote import Host, HostError, RemoteShardEngine, attached, probe_host  # noqa: E402
 from fakeshard.testing import checks  # noqa: E402
 
@@ -28,11 +41,11 @@ pytestmark = pytest.mark.xdist_group("attach")
 SPEC = ShardSpec("attached", 4, 0, 4, hidden_size=4, vocab_size=64)
 
 
-def _serve_command(tmp_path, engine: str = "fakeshard:FakeShardEngine") -> str:
+def _serve_command(tmp_path, engine: str = "fakeshard:FakeShardEngine", *extra: str) -> str:
     topology = tmp_path / "topology.json"
     topology.write_text(json.dumps({"model": {"model_id": "host", "n_layers": 1}, "engine": engine, "nodes": []}),
                         encoding="utf-8")
-    return shlex.join([sys.executable, "-m", "fakeshard", "serve", str(topology), "--time-scale", "0"])
+    return shlex.join([sys.executable, "-m", "fakeshard", "serve", str(topology), "--time-scale", "0", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +208,7 @@ def test_the_plugin_runs_a_projects_engine_tests_on_a_host_it_starts(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "fakeshard.remote:attached_engine" in done.stdout
+    assert "fakeshard engine host: started by" in done.stdout and "faults applied by the host's nodes" in done.stdout
 
 
 def test_the_plugin_refuses_a_host_it_cannot_use(tmp_path):
@@ -222,3 +236,52 @@ def test_a_real_model_host_is_refused_with_its_reason_not_judged_exactly(tmp_pat
             attached(real.control)(SPEC)
         done = _check("--engine-url", real.control, "--machines", "sessions", "--out", str(tmp_path / "out"))
     assert done.returncode == 2 and "real-model host is not judged yet" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def bare_host(tmp_path_factory):
+    """A host whose nodes run no fault plans (the least the contract asks of a host)."""
+    with Host(_serve_command(tmp_path_factory.mktemp("bare"), "fakeshard:FakeShardEngine", "--no-fault-plans")) as h:
+        yield h
+
+
+def test_a_host_without_fault_plans_refuses_them_with_501_and_changes_nothing(bare_host):
+    import httpx
+
+    body = {"spec": {"model_id": "m", "n_layers": 1, "start_layer": 0, "end_layer": 1},
+            "faults": json.loads(wire.dumps(FaultPlan((FaultRule(Crash()),))))}
+    before = set(probe_host(bare_host.control)["nodes"])
+    answer = httpx.post(bare_host.control + "/v1/nodes", json=body, timeout=10)
+    assert answer.status_code == 501 and answer.json()["code"] == "not_supported"
+    assert set(probe_host(bare_host.control)["nodes"]) == before
+    name = httpx.post(bare_host.control + "/v1/nodes", json={"spec": body["spec"]}, timeout=10).json()["name"]
+    answer = httpx.put(f"{bare_host.control}/v1/nodes/{name}/faults", content=wire.dumps(FaultPlan()), timeout=10)
+    assert answer.status_code == 501
+
+
+def test_the_kit_applies_the_plans_a_host_cannot_in_front_of_its_nodes(bare_host, host):
+    bare, full = attached(bare_host.control), attached(host.control)
+    assert "MemoryPressure" not in bare.fault_kinds and "MemoryPressure" in full.fault_kinds
+    assert bare.faults_applied_by().startswith("the kit") and full.faults_applied_by() == "the host's nodes"
+    plan = FaultPlan((FaultRule(Crash(), op="decode"), FaultRule(MemoryPressure(), op="prefill")))
+    engine = bare(SPEC, faults=plan)
+    assert isinstance(engine, FaultLayer) and isinstance(engine.engine, RemoteShardEngine)
+    assert engine.fault_plan.rules == (FaultRule(Crash(), op="decode"),)  # MemoryPressure left out
+    engine.prefill(TokenBundle("s", 0, 0, (1, 2)))
+    with pytest.raises(EngineCrashed):
+        engine.decode(TokenBundle("s", 0, 2, (3,)))
+    # The crash restarted the node through the control port: its memory is gone, as a crash's is.
+    assert engine.engine.session("s") is None and engine.engine.used_tokens == 0
+    engine.restart()
+    with pytest.raises(CacheMiss):
+        engine.decode(TokenBundle("s", 0, 2, (3,)))
+    assert isinstance(full(SPEC, faults=plan), RemoteShardEngine)  # the host's nodes run it themselves
+
+
+def test_check_says_who_applied_the_faults(tmp_path):
+    command = _serve_command(tmp_path, "fakeshard:FakeShardEngine", "--no-fault-plans")
+    done = _check("--engine-cmd", command, "--machines", "faults", "--profile", "dev", "--seed", "2",
+                  "--examples", "4", "--steps", "8", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "s.json"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "faults applied by: the kit, in front of the host's nodes" in done.stdout
+    assert json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["faults_applied_by"].startswith("the kit")

@@ -29,12 +29,21 @@ contract suite and the machines over the network.
 from __future__ import annotations
 
 from fakeshard.remote._admin import ClusterClient
-from fakeshard.remote._attach import ENGINE_URL_ENV_VAR, Host, HostError, attached, attached_engine, probe_host
+from fakeshard.remote._attach import (
+    ENGINE_URL_ENV_VAR,
+    AttachedFactory,
+    Host,
+    HostError,
+    attached,
+    attached_engine,
+    probe_host,
+)
 from fakeshard.remote._engine import SERVER_ENV_VAR, RemoteError, RemoteShardEngine, session_path
 from fakeshard.remote._serve import serve
 from fakeshard.remote._served import served, served_engine
 
 __all__ = [
+    "AttachedFactory",
     "ClusterClient",
     "ENGINE_URL_ENV_VAR",
     "Host",

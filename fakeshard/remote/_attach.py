@@ -26,10 +26,11 @@ from typing import IO, Any, NoReturn, Optional
 
 import httpx
 
-from fakeshard._clock import Clock
+from fakeshard._clock import Clock, VirtualClock
 from fakeshard._contract import ShardSpec
 from fakeshard._errors import ShardError
-from fakeshard._faults import FaultPlan
+from fakeshard._faults import Delay, FaultPlan, FaultRule
+from fakeshard._layer import ALL_FAULT_KINDS, LAYER_FAULT_KINDS, FaultLayer, without_unapplied
 from fakeshard.remote._admin import ClusterClient
 from fakeshard.remote._engine import RemoteError, RemoteShardEngine, new_client
 
@@ -174,6 +175,7 @@ class _Attached:
         self.client = new_client(30.0)
         #: Nodes whose engines are gone: removed before the next node is added (or at exit).
         self.doomed: "collections.deque[str]" = collections.deque()
+        self._plans: Optional[bool] = None
         atexit.register(self.sweep)
 
     def sweep(self) -> None:
@@ -182,6 +184,26 @@ class _Attached:
                 self.admin.remove(self.doomed.popleft())
             except (httpx.HTTPError, RemoteError, ShardError):
                 pass
+
+    @property
+    def fault_plans(self) -> bool:
+        """Whether the host's nodes run fault plans: asked once, by adding a node with a plan
+        that never fires (``501 not_supported``: they do not, and the kit applies plans itself)."""
+        if self._plans is None:
+            probe = FaultPlan((FaultRule(Delay(0.0), op="decode", session_id="fakeshard-probe"),))
+            try:
+                described = self.admin.add(ShardSpec("fakeshard-probe", 1, 0, 1), faults=probe)
+            except RemoteError as exc:
+                if exc.status != 501:
+                    raise HostError(f"host {self.admin.control}: POST /v1/nodes with a fault plan answered "
+                                    f"{exc}; the contract's answers are the node, or 501 not_supported") from None
+                self._plans = False
+            except (httpx.HTTPError, ShardError) as exc:
+                raise HostError(f"host {self.admin.control}: POST /v1/nodes failed: {exc}") from None
+            else:
+                self.doomed.append(described["name"])
+                self._plans = True
+        return self._plans
 
     @classmethod
     def of(cls, control: str) -> "_Attached":
@@ -207,30 +229,56 @@ def _check_arguments(spec: object, seed: object, capacity_tokens: object, clock:
         raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
 
 
-def attached(control: Optional[str] = None) -> Any:
+class AttachedFactory:
     """An engine factory whose every engine is a node added to the host at control URL
     ``control`` (``None``: ``$FAKESHARD_ENGINE_URL``, read at each call), with the signature of
-    ``FakeShardEngine``. A fault plan goes to the host with the node (``POST /v1/nodes``,
-    ``faults``); the caller's clock accounts the node's delays. Judged by the contract alone."""
+    ``FakeShardEngine``. The caller's clock accounts the node's delays. A fault plan goes to the
+    host with the node where its nodes run plans (``POST /v1/nodes``, ``faults``); else the kit
+    applies it in front of the node (:class:`~fakeshard._layer.FaultLayer`: every kind but
+    ``MemoryPressure``, which :attr:`fault_kinds` then leaves out). Judged by the contract alone."""
 
-    def make(spec: ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
-             clock: Optional[Clock] = None, faults: Optional[FaultPlan] = None) -> RemoteShardEngine:
-        _check_arguments(spec, seed, capacity_tokens, clock, faults)
-        url = control if control is not None else os.environ.get(ENGINE_URL_ENV_VAR)
+    fixture_choices = False
+    __name__ = "attached_engine"
+
+    def __init__(self, control: Optional[str] = None) -> None:
+        self.control = control
+
+    def _host(self) -> "_Attached":
+        url = self.control if self.control is not None else os.environ.get(ENGINE_URL_ENV_VAR)
         if not url:
             raise HostError(f"no host to attach to: give --engine-url URL or --engine-cmd CMD "
                             f"(or set ${ENGINE_URL_ENV_VAR})")
-        host = _Attached.of(check_control_url(url))
+        return _Attached.of(check_control_url(url))
+
+    @property
+    def fault_kinds(self) -> frozenset[str]:
+        """The fault kinds the engines apply: every kind where the host's nodes run plans."""
+        return ALL_FAULT_KINDS if self._host().fault_plans else LAYER_FAULT_KINDS
+
+    def faults_applied_by(self) -> str:
+        """Who applies the plans, in words (a report's line)."""
+        return ("the host's nodes" if self._host().fault_plans else
+                "the kit, in front of the host's nodes (the host runs no fault plans): every kind but "
+                "MemoryPressure, which is not applied")
+
+    def __call__(self, spec: ShardSpec, *, seed: int = 0, capacity_tokens: Optional[int] = None,
+                 clock: Optional[Clock] = None, faults: Optional[FaultPlan] = None) -> Any:
+        _check_arguments(spec, seed, capacity_tokens, clock, faults)
+        host = self._host()
+        url = host.admin.control
         host.sweep()
         plan = faults if faults is not None and faults.rules else None
+        layer = plan is not None and not host.fault_plans
         try:
-            described = host.admin.add(spec, seed=seed, capacity_tokens=capacity_tokens, faults=plan)
+            described = host.admin.add(spec, seed=seed, capacity_tokens=capacity_tokens,
+                                       faults=None if layer else plan)
         except httpx.HTTPError as exc:
             raise HostError(f"host {url}: POST /v1/nodes failed: {type(exc).__name__}: {exc}") from None
         except (RemoteError, ShardError) as exc:
-            what = "with a fault plan " if plan is not None else ""
+            what = "with a fault plan " if plan is not None and not layer else ""
             raise HostError(f"host {url}: POST /v1/nodes {what}was refused: {exc}") from None
-        engine = RemoteShardEngine(described["url"], control=host.admin.control, name=described["name"],
+        clock = clock if clock is not None else VirtualClock()
+        engine = RemoteShardEngine(described["url"], control=url, name=described["name"],
                                    client=host.client, clock=clock)
         weakref.finalize(engine, host.doomed.append, described["name"])
         if engine.evidence_class != "fixture":
@@ -239,11 +287,14 @@ def attached(control: Optional[str] = None) -> Any:
             raise HostError(f"host {url}: its nodes' evidence class is {engine.evidence_class!r}; a real-model "
                             "host is not judged yet (its tolerance is not known to the kit): run its engine in "
                             "process with --engine module:factory, which states tolerance and logits")
+        if layer:
+            return FaultLayer(engine, without_unapplied(plan), clock=clock)
         return engine
 
-    make.fixture_choices = False  # type: ignore[attr-defined]
-    make.__name__ = "attached_engine"
-    return make
+
+def attached(control: Optional[str] = None) -> AttachedFactory:
+    """The engine factory of the host at control URL ``control`` (``None``: ``$FAKESHARD_ENGINE_URL``)."""
+    return AttachedFactory(control)
 
 
 #: The factory ``--engine-url`` and ``--engine-cmd`` run the suites on: ``$FAKESHARD_ENGINE_URL``'s host.

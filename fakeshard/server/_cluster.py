@@ -32,11 +32,14 @@ class ServedCluster:
     """Nodes and the control listener, on the running event loop."""
 
     def __init__(self, factory: EngineFactory, *, host: str = "127.0.0.1", time_scale: float = 1.0,
-                 factory_name: str = "") -> None:
+                 factory_name: str = "", fault_plans: bool = True) -> None:
         if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or not time_scale >= 0:
             raise ValueError(f"time_scale must be a number >= 0, got {time_scale!r}")
         self.factory, self.factory_name = factory, factory_name
         self.host, self.time_scale = host, float(time_scale)
+        #: Whether the control port takes fault plans (``fakeshard serve --no-fault-plans``: no,
+        #: as a host that implements only the least of the contract answers).
+        self.fault_plans = fault_plans
         self.nodes: dict[str, ServedNode] = {}
         #: Every call the nodes were sent (``GET /v1/calls``).
         self.calls = CallLog()
@@ -116,8 +119,9 @@ class ServedCluster:
 
     @classmethod
     async def from_topology(cls, topology: Topology, factory: EngineFactory, *, host: str = "127.0.0.1",
-                            time_scale: float = 1.0) -> "ServedCluster":
-        cluster = cls(factory, host=host, time_scale=time_scale, factory_name=topology.engine)
+                            time_scale: float = 1.0, fault_plans: bool = True) -> "ServedCluster":
+        cluster = cls(factory, host=host, time_scale=time_scale, factory_name=topology.engine,
+                      fault_plans=fault_plans)
         try:
             await cluster.start_control(topology.control_port)
             for node in topology.nodes:
@@ -173,6 +177,9 @@ class ServedCluster:
                 "nodes": [node_data]}).nodes[0]
         except TopologyError as exc:
             raise HTTPError("bad_request", str(exc)) from None
+        if config.faults is not None and config.faults.rules and not self.fault_plans:
+            raise HTTPError("not_supported", "this host applies no fault plans (fakeshard serve --no-fault-plans): "
+                                             "add the node without one")
         try:
             node = await self.add(name, spec, seed=seed, capacity_tokens=config.capacity_tokens,
                                   faults=config.faults, port=config.port, latency=(latency[0], latency[1]))
@@ -197,6 +204,8 @@ class ServedCluster:
 
     async def _faults(self, request: web.Request) -> web.Response:
         node = self.node(request.match_info["name"])
+        if not self.fault_plans:
+            raise HTTPError("not_supported", "this host applies no fault plans (fakeshard serve --no-fault-plans)")
         body = await request.read()
         try:
             plan = wire.loads(body)

@@ -64,7 +64,7 @@ class ServerThread:
 
 
 def run_server(topology: Topology, *, host: str = "127.0.0.1", roster: Optional[Any] = None,
-               time_scale: float = 1.0, out: Any = None) -> int:
+               time_scale: float = 1.0, out: Any = None, fault_plans: bool = True) -> int:
     """``fakeshard serve``: run until SIGINT, SIGTERM or ``POST /v1/shutdown``; the roster when ready."""
     import signal
     import sys
@@ -75,7 +75,8 @@ def run_server(topology: Topology, *, host: str = "127.0.0.1", roster: Optional[
     out = out if out is not None else sys.stdout
 
     async def main() -> None:
-        cluster = await ServedCluster.from_topology(topology, factory, host=host, time_scale=time_scale)
+        cluster = await ServedCluster.from_topology(topology, factory, host=host, time_scale=time_scale,
+                                                    fault_plans=fault_plans)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cluster.stopped.set)

@@ -114,6 +114,8 @@ class KitRun:
     #: What the campaign's machines reached, by factory name, and which machines ran.
     probes: dict[str, Counter[str]] = field(default_factory=dict)
     machines_ran: set[tuple[str, str]] = field(default_factory=set)
+    #: With ``--engine-url`` or ``--engine-cmd``: the host, and who applies its fault plans.
+    host_line: Optional[str] = None
 
 
 #: Where the plugin keeps its :class:`KitRun` on the pytest config.
@@ -124,7 +126,8 @@ RUN = pytest.StashKey[KitRun]()
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    names = _attach_host(config) or config.getoption("--engine") or \
+    host_line = _attach_host(config)
+    names = (["fakeshard.remote:attached_engine"] if host_line else []) or config.getoption("--engine") or \
         [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()] or [DEFAULT_FACTORY]
     factories = {}
     for name in names:
@@ -149,21 +152,21 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = request_timeout_problem(timeout) or (command_problem(program) if program is not None else None)
         if problem is not None:
             raise pytest.UsageError(problem)
-    config.stash[RUN] = KitRun(factories, classes, coordinator, program)
+    config.stash[RUN] = KitRun(factories, classes, coordinator, program, host_line=host_line)
     _profiles(config)
 
 
-def _attach_host(config: pytest.Config) -> list[str]:
-    """With ``--engine-url`` or ``--engine-cmd``: the attached factory's name, its host reached
-    (started first by the command, in the controlling process only; xdist's workers find its
-    URL in the environment they inherit) and stopped when pytest ends."""
+def _attach_host(config: pytest.Config) -> Optional[str]:
+    """With ``--engine-url`` or ``--engine-cmd``: the host reached (started first by the command,
+    in the controlling process only; xdist's workers find its URL in the environment they
+    inherit, and it is stopped when pytest ends), in words for the report's header."""
     url, command = config.getoption("--engine-url"), config.getoption("--engine-cmd")
     if url is None and command is None:
-        return []
+        return None
     if (url is not None and command is not None) or config.getoption("--engine"):
         raise pytest.UsageError("--engine, --engine-url and --engine-cmd each name the engine under test: give one")
     try:
-        from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, probe_host
+        from fakeshard.remote import ENGINE_URL_ENV_VAR, Host, HostError, attached, probe_host
     except ImportError as exc:
         raise pytest.UsageError(f"an engine host is reached over HTTP, which needs the serve extra ({exc.name} "
                                 "missing): python3 -m pip install 'fakeshard[serve]'") from None
@@ -175,10 +178,12 @@ def _attach_host(config: pytest.Config) -> list[str]:
             config.add_cleanup(host.close)
             url = host.control
         probe_host(str(url))
+        faults_by = attached(str(url)).faults_applied_by()
     except HostError as exc:
         raise pytest.UsageError(str(exc)) from None
     os.environ[ENGINE_URL_ENV_VAR] = str(url)
-    return ["fakeshard.remote:attached_engine"]
+    how = f"started by {command!r}" if command is not None and not hasattr(config, "workerinput") else "at"
+    return f"fakeshard engine host: {how} {url}; faults applied by {faults_by}"
 
 
 def _profiles(config: pytest.Config) -> None:
@@ -200,7 +205,9 @@ def _profiles(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [f"fakeshard engine factory: {name} (evidence class: {cls}; judged by "
+    line = config.stash[RUN].host_line
+    host = [line] if line is not None else []
+    return host + [f"fakeshard engine factory: {name} (evidence class: {cls}; judged by "
             + ("the contract and the fixture's choices)" if makes_fixture_choices(factory)
                else "the contract alone)")
             for (name, cls), factory in zip(config.stash[RUN].classes.items(),
