@@ -71,11 +71,18 @@ CLASS_OMIT = {"fixture": ("*/fakeshard/real/*", "*/fakeshard/_judge.py"),
               "real-model": ("*/fakeshard/_backend.py",)}
 
 
+#: The fault layer: measured only when the engine under test is an engine host's node (where
+#: the kit applies the plans a host cannot).
+LAYER_MODULES = ("*/fakeshard/_layer.py",)
+
+
 def coverage_omit(evidence_class: str, engine: str = "") -> tuple[str, ...]:
     """What a campaign's branch coverage leaves out: the command line, what its class cannot
-    run, and the network transport unless the engine under test is served."""
+    run, the network transport unless the engine under test is served, and the fault layer
+    unless it is an engine host's."""
     served = engine.startswith("fakeshard.remote:")
-    return COVERAGE_OMIT + CLASS_OMIT.get(evidence_class, ()) + (() if served else TRANSPORT_MODULES)
+    return COVERAGE_OMIT + CLASS_OMIT.get(evidence_class, ()) + (() if served else TRANSPORT_MODULES) \
+        + (() if engine == ATTACHED_FACTORY else LAYER_MODULES)
 
 
 class CheckError(Exception):

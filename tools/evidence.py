@@ -344,7 +344,9 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "(`tests/test_wire_edges.py`, `tests/test_value_edges.py`), not campaign steps. "
         "Not counted: the kit itself (`fakeshard/testing/`), the command line "
         "(`_cli.py`, `_check.py`, `_demo.py`, `__main__.py`, `_schema.py`, `_topology.py`), which the "
-        "campaign does not drive, and what this engine cannot run: "
+        "campaign does not drive, for an engine in process the network transport (`server/`, `remote/`) "
+        "and the fault layer that stands in front of an engine host's nodes (`_layer.py`), and what "
+        "this engine cannot run: "
         + ("the real-model backend (`fakeshard/real/`) and the judge's tolerance rules for real "
            "arithmetic (`_judge.py`; the fixture is compared exactly)." if fixture else
            "the fixture's hash backend (`_backend.py`)."),
