@@ -299,4 +299,3 @@ def attached(control: Optional[str] = None) -> AttachedFactory:
 
 #: The factory ``--engine-url`` and ``--engine-cmd`` run the suites on: ``$FAKESHARD_ENGINE_URL``'s host.
 attached_engine = attached()
-
