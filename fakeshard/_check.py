@@ -117,6 +117,8 @@ class CheckOptions:
     engine_url: Optional[str] = None
     #: A command that starts an engine host and prints its roster (``--engine-cmd``).
     engine_cmd: Optional[str] = None
+    #: Where to write the campaign's JUnit XML report (``--junit-xml``; ``None``: none).
+    junit_xml: Optional[Path] = None
 
 
 #: The factory a campaign on an engine host runs (``--engine-url``, ``--engine-cmd``).
@@ -306,6 +308,10 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
         cmd.append(f"--coordinator-cmd={options.coordinator_cmd}")
     if options.request_timeout is not None:
         cmd.append(f"--request-timeout={options.request_timeout!r}")
+    if options.junit_xml is not None:
+        # pytest's own report: a case per machine and per engine check, a failure with its message.
+        cmd += [f"--junitxml={options.junit_xml.resolve()}", "-o", "junit_suite_name=fakeshard-check",
+                "-o", "junit_family=xunit2"]
     if options.workers > 1:
         cmd += ["-n", str(options.workers)]
     return cmd

@@ -76,6 +76,9 @@ def add_campaign_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--availability", type=float, default=None, metavar="SHARE",
                    help="fail the concurrent machine when the share of next_token requests answered with a "
                         "token is below SHARE (0..1; default: reported only)")
+    p.add_argument("--junit-xml", type=Path, default=None, metavar="FILE", dest="junit_xml",
+                   help="also write a JUnit XML report for a CI to show: a case per machine and per engine check, "
+                        "a failure's message and trace (pytest's own --junitxml)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", dest="json_out",
                    help="also write the summary as JSON to FILE (machines, examples, probes or situations "
                         "reached and missed, faults fired, error codes, result, traces; docs/how-to/campaigns.md)")
@@ -171,6 +174,7 @@ def campaign_options(args: argparse.Namespace) -> "CheckOptions":
         min_branch_coverage=args.min_branch_coverage, certify=args.certify,
         database=args.database or os.environ.get("FAKESHARD_DATABASE") or None,
         availability=args.availability, coordinator_cmd=program, request_timeout=args.request_timeout,
+        junit_xml=getattr(args, "junit_xml", None),
     )
 
 

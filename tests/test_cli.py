@@ -305,3 +305,25 @@ def test_check_writes_its_summary_as_json_and_says_what_it_tested(tmp_path):
     assert "tested: engine fakeshard:FakeShardEngine (the kit's own)" in result.stdout
     assert "a self-test" in result.stdout and "next: point --engine at your engine" in result.stdout
     assert "coverage of fakeshard/" not in result.stdout  # the kit's own coverage, only when asked for
+
+
+def test_check_writes_a_junit_report_a_ci_shows(tmp_path):
+    """--junit-xml: pytest's own JUnit report of the campaign, a case per machine and per engine
+    check, the failure of a planted engine with its message."""
+    import xml.etree.ElementTree as ET
+
+    from fakeshard.testing import checks
+
+    report = tmp_path / "reports" / "check.xml"
+    # The ci profile is derandomized: the same draws whichever worker runs this (the planted
+    # bug is met on the sessions machine's 8th run).
+    result = _run("check", "--engine", "planted.factories:drift_from_12", "--machines", "sessions,faults",
+                  "--profile", "ci", "--examples", "30",
+                  "--out", str(tmp_path / "out"), "--traces", str(tmp_path / "traces"), "--junit-xml", str(report))
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    cases = {c.get("name"): c for c in ET.parse(report).getroot().iter("testcase")}
+    assert "test_machine[factory-sessions]" in cases and "test_machine[factory-faults]" in cases
+    assert sum(name.startswith("test_engine_passes_check[") for name in cases) == len(checks.ENGINE_CHECKS)
+    failure = cases["test_machine[factory-sessions]"].find("failure")
+    assert failure is not None and "Divergence" in failure.get("message", "")
+    assert cases["test_machine[factory-faults]"].find("failure") is None
