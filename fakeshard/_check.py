@@ -261,7 +261,11 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
             raise CheckError(f"coordinator factory {options.coordinator!r} builds {kind} coordinator, which the "
                              f"{tester} machine tests; this campaign does not run it (its machines: "
                              f"{','.join(options.machines)})")
-    evidence_class = evidence_class_of(factory)
+    try:
+        # A factory that builds no engine (a host refusing the kit's first node) is a usage error.
+        evidence_class = evidence_class_of(factory)
+    except FactoryError as exc:
+        raise CheckError(str(exc)) from None
     if options.certify and evidence_class != "real-model":
         raise CheckError(
             f"--certify refused: engine factory {options.engine!r} has evidence_class "
@@ -408,14 +412,7 @@ def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> Chec
 
 
 def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
-    try:
-        evidence_class, factory = _validate(options)
-    except Exception as exc:
-        # A host that refuses the kit's first node (the evidence class's probe) is a usage error.
-        attach = sys.modules.get("fakeshard.remote._attach")
-        if attach is not None and isinstance(exc, attach.HostError):
-            raise CheckError(str(exc)) from None
-        raise
+    evidence_class, factory = _validate(options)
     root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
     out.mkdir(parents=True, exist_ok=True)

@@ -92,6 +92,19 @@ def _ids(session_id: object, epoch: object) -> dict[str, Any]:
     }
 
 
+def check_engine_arguments(capacity_tokens: object, clock: object, faults: object) -> None:
+    """An engine constructor's ``capacity_tokens``, ``clock`` and ``faults``, refused with a typed
+    error where they are no int >= 0 (or ``None``), no clock, no plan."""
+    if capacity_tokens is not None and (
+        isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, int) or capacity_tokens < 0
+    ):
+        raise ValueError(f"capacity_tokens must be None or an int >= 0, got {capacity_tokens!r}")
+    if clock is not None and not isinstance(clock, Clock):
+        raise TypeError(f"clock must have now() and sleep(seconds), got {type(clock).__name__}")
+    if faults is not None and not isinstance(faults, FaultPlan):
+        raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+
+
 class SessionEngine:
     """The contract's session rules over a computation backend.
 
@@ -107,14 +120,7 @@ class SessionEngine:
         clock: Optional[Clock] = None,
         faults: Optional[FaultPlan] = None,
     ) -> None:
-        if capacity_tokens is not None and (
-            isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, int) or capacity_tokens < 0
-        ):
-            raise ValueError(f"capacity_tokens must be None or an int >= 0, got {capacity_tokens!r}")
-        if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(f"clock must have now() and sleep(seconds), got {type(clock).__name__}")
-        if faults is not None and not isinstance(faults, FaultPlan):
-            raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+        check_engine_arguments(capacity_tokens, clock, faults)
         self._backend = backend
         self._lock = threading.RLock()  # re-entered by a crash drawn inside a call
         self.spec: ShardSpec = backend.spec

@@ -37,7 +37,8 @@ _EVIDENCE_CLASSES = ("fixture", "real-model")
 
 
 class FactoryError(Exception):
-    """A factory name that cannot be imported, called, or yields no engine."""
+    """A factory name that cannot be imported, called, or yields no engine (an engine host the
+    factory cannot use included: :class:`fakeshard.remote.HostError`)."""
 
 
 @overload

@@ -28,7 +28,9 @@ import httpx
 
 from fakeshard._clock import Clock, VirtualClock
 from fakeshard._contract import ShardSpec
+from fakeshard._engine import check_engine_arguments
 from fakeshard._errors import ShardError
+from fakeshard._factory import FactoryError
 from fakeshard._faults import Delay, FaultPlan, FaultRule
 from fakeshard._layer import ALL_FAULT_KINDS, LAYER_FAULT_KINDS, FaultLayer, without_unapplied
 from fakeshard.remote._admin import ClusterClient
@@ -40,7 +42,7 @@ ENGINE_URL_ENV_VAR = "FAKESHARD_ENGINE_URL"
 READY_TIMEOUT = 30.0
 
 
-class HostError(Exception):
+class HostError(FactoryError):
     """A host that cannot be used: a command that does not start, no roster in time, a control
     port that answers outside the contract. A usage error (``check`` exits 2), never a failure
     the campaign found."""
@@ -220,13 +222,7 @@ def _check_arguments(spec: object, seed: object, capacity_tokens: object, clock:
         raise TypeError(f"spec must be a ShardSpec, got {type(spec).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if capacity_tokens is not None and (isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, int)
-                                        or capacity_tokens < 0):
-        raise ValueError(f"capacity_tokens must be None or an int >= 0, got {capacity_tokens!r}")
-    if clock is not None and not isinstance(clock, Clock):
-        raise TypeError(f"clock must have now() and sleep(seconds), got {type(clock).__name__}")
-    if faults is not None and not isinstance(faults, FaultPlan):
-        raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+    check_engine_arguments(capacity_tokens, clock, faults)
 
 
 class AttachedFactory:

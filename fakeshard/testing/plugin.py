@@ -23,7 +23,6 @@ Turn it off with ``-p no:fakeshard``.
 from __future__ import annotations
 
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -137,12 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     try:
         classes = {n: evidence_class_of(f) for n, f in factories.items()}
-    except Exception as exc:
-        # A host that refuses the kit's first node (the evidence class's probe) is a usage error.
-        attach = sys.modules.get("fakeshard.remote._attach")
-        if attach is not None and isinstance(exc, attach.HostError):
-            raise pytest.UsageError(str(exc)) from None
-        raise
+    except FactoryError as exc:  # a factory that builds no engine (a host refusing the kit's first node)
+        raise pytest.UsageError(str(exc)) from None
     coordinator = option_or_env(config.getoption("--coordinator"), COORDINATOR_ENV_VAR, DEFAULT_COORDINATOR)
     program = option_or_env(config.getoption("--coordinator-cmd"), PROGRAM_ENV_VAR)
     timeout = config.getoption("--request-timeout")
