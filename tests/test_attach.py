@@ -278,6 +278,20 @@ def test_the_kit_applies_the_plans_a_host_cannot_in_front_of_its_nodes(bare_host
     assert isinstance(full(SPEC, faults=plan), RemoteShardEngine)  # the host's nodes run it themselves
 
 
+def test_a_host_without_plans_is_asked_for_neither_crash_nor_its_fault_log(bare_host, monkeypatch):
+    """Both are optional for a host: an engine the kit makes there, with no plan, is behind the
+    kit's layer all the same, so crash() is a restart and the fault log the layer's own."""
+    engine = attached(bare_host.control)(SPEC)
+    assert isinstance(engine, FaultLayer) and engine.fault_log == ()
+    sent = []
+    monkeypatch.setattr(RemoteShardEngine, "_admin", lambda self, method, what, **kw: sent.append(what))
+    engine.prefill(TokenBundle("s", 0, 0, (1, 2)))
+    engine.crash()
+    with pytest.raises(EngineCrashed):
+        engine.decode(TokenBundle("s", 0, 2, (3,)))
+    assert sent == ["restart"] and engine.fault_log == ()
+
+
 def test_check_says_who_applied_the_faults(tmp_path):
     command = _serve_command(tmp_path, "fakeshard:FakeShardEngine", "--no-fault-plans")
     done = _check("--engine-cmd", command, "--machines", "faults", "--profile", "dev", "--seed", "2",

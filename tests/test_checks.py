@@ -7,9 +7,10 @@ import pytest
 
 from fakeshard import FakeShardEngine, FaultPlan, Pipeline
 from fakeshard.testing import checks
+from fakeshard.testing.suite import CHECKS
 
 
-@pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", CHECKS)
 def test_the_engine_passes_the_check(engine_factory, check):
     check(engine_factory)
 

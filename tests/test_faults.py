@@ -65,6 +65,7 @@ def test_without_faults_calls_take_no_time(engine_factory):
 # -- MemoryPressure --------------------------------------------------------------------
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 @pytest.mark.parametrize("capacity", [None, 100])
 def test_memory_pressure_none_fails_the_allocation(engine_factory, capacity):
     rig = Rig(engine_factory, "full", capacity_tokens=capacity,
@@ -75,6 +76,7 @@ def test_memory_pressure_none_fails_the_allocation(engine_factory, capacity):
     rig.decode("s", 0, 2)  # count=1: spent
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 @pytest.mark.parametrize("order", [(3, 4), (4, 3)])
 def test_two_reserves_on_one_call_add_up(engine_factory, order):
     rig = Rig(engine_factory, "full", capacity_tokens=10,
@@ -100,6 +102,7 @@ def test_out_of_memory_says_where_and_how_much(engine_factory):
     ]
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 def test_memory_pressure_reserve_shrinks_capacity_for_the_call(engine_factory):
     rig = Rig(engine_factory, "full", capacity_tokens=10,
               faults=plan(FaultRule(MemoryPressure(3), op="prefill", count=2)))
@@ -109,17 +112,20 @@ def test_memory_pressure_reserve_shrinks_capacity_for_the_call(engine_factory):
     assert rig.engine.used_tokens == 10
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 def test_memory_pressure_reserve_without_capacity_has_no_effect(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(10**6), count=None)))
     rig.prefill("s", 0, 0, 50)
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 def test_memory_pressure_is_spent_on_a_call_that_fails_first(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(), op="prefill")))
     raises_untouched(rig, ["s"], CacheMiss, lambda: rig.prefill("s", 0, 3, 1))
     rig.prefill("s", 0, 0, 1)
 
 
+@pytest.mark.needs_faults("MemoryPressure")
 def test_memory_pressure_on_close_is_spent_without_effect(engine_factory):
     rig = Rig(engine_factory, "full", faults=plan(FaultRule(MemoryPressure(), op="cancel")))
     rig.prefill("s", 0, 0, 1)

@@ -264,7 +264,9 @@ class AttachedFactory:
         url = host.admin.control
         host.sweep()
         plan = faults if faults is not None and faults.rules else None
-        layer = plan is not None and not host.fault_plans
+        # A host that runs no plans gets every engine behind the kit's layer, a plan or none: its
+        # crash() and fault log are the layer's, so nothing asks the host for what it need not serve.
+        layer = not host.fault_plans
         try:
             described = host.admin.add(spec, seed=seed, capacity_tokens=capacity_tokens,
                                        faults=None if layer else plan)

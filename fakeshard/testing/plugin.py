@@ -40,6 +40,7 @@ from fakeshard._factory import (
     makes_fixture_choices,
     option_or_env,
 )
+from fakeshard._layer import fault_kinds_of
 from fakeshard._pipeline import Pipeline
 
 #: The environment variable that names a coordinator factory.
@@ -57,6 +58,8 @@ MARKERS = (
     "real_model: a result on an engine whose evidence_class is 'real-model'",
     "fixture_choice(reason): checks a choice the fixture makes where the contract is silent; "
     "skipped (with the reason) on engines whose factory does not state fixture_choices",
+    "needs_faults(*kinds): needs engines that apply these fault kinds (such as 'MemoryPressure'); "
+    "skipped (with the reason) on a factory whose engines do not (faults applied in front of a node)",
 )
 
 
@@ -210,18 +213,25 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone."""
+    """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone;
+    tests of fault kinds a factory's engines do not apply skip, naming the kinds."""
     names = {id(f): n for n, f in config.stash[RUN].factories.items()}
     for item in items:
-        marker = item.get_closest_marker("fixture_choice")
         callspec = getattr(item, "callspec", None)
-        if marker is None or callspec is None or "engine_factory" not in callspec.params:
+        if callspec is None or "engine_factory" not in callspec.params:
             continue
         factory = callspec.params["engine_factory"]
-        if not makes_fixture_choices(factory):
+        marker = item.get_closest_marker("fixture_choice")
+        if marker is not None and not makes_fixture_choices(factory):
             item.add_marker(pytest.mark.skip(
                 reason=f"fixture choice, not the contract: {marker.args[0]} "
                        f"({names.get(id(factory), factory)} is judged by the contract alone)"))
+        needs = item.get_closest_marker("needs_faults")
+        lacking = sorted(set(needs.args) - fault_kinds_of(factory)) if needs is not None else []
+        if lacking:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs {', '.join(lacking)} faults, which the engines of {names.get(id(factory), factory)} "
+                       "do not apply (the kit applies faults in front of a node: every kind but MemoryPressure)"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

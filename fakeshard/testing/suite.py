@@ -38,15 +38,15 @@ __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "
            "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel", "test_machine_program"]
 
 
-@pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
+#: The engine checks as test parameters, each marked with the fault kinds it needs (``needs_faults``).
+CHECKS = [pytest.param(check, id=check.__name__,
+                       marks=pytest.mark.needs_faults(*sorted(getattr(check, "fault_kinds_needed", ()))))
+          for check in checks.ENGINE_CHECKS]
+
+
+@pytest.mark.parametrize("check", CHECKS)
 def test_engine_passes_check(engine_factory, check):
     """The engine checks of :mod:`fakeshard.testing.checks`: fixed cases at the contract's edges."""
-    from fakeshard._layer import fault_kinds_of
-
-    lacking = sorted(getattr(check, "fault_kinds_needed", frozenset()) - fault_kinds_of(engine_factory))
-    if lacking:
-        pytest.skip(f"{check.__name__} needs {', '.join(lacking)} faults, which this factory's engines do not "
-                    "apply (faults applied in front of an engine: no MemoryPressure)")
     check(engine_factory)
 
 
