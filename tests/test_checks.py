@@ -280,3 +280,11 @@ def test_an_engine_that_counts_a_prefill_s_positions_twice_is_caught(monkeypatch
     monkeypatch.setattr(_engine.SessionEngine, "_compute", doubled)
     with pytest.raises(AssertionError):
         checks.check_new_engine(FakeShardEngine)
+
+
+@pytest.mark.parametrize("bug", ["partial_allocation", "replace_counts_old"])
+def test_the_capacity_check_without_faults_catches_an_accounting_bug(bug):
+    from planted import factories
+
+    with pytest.raises(AssertionError):
+        checks.check_capacity_without_faults(getattr(factories, bug))

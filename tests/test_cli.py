@@ -323,7 +323,8 @@ def test_check_writes_a_junit_report_a_ci_shows(tmp_path):
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     cases = {c.get("name"): c for c in ET.parse(report).getroot().iter("testcase")}
     assert "test_machine[factory-sessions]" in cases and "test_machine[factory-faults]" in cases
-    assert sum(name.startswith("test_engine_passes_check[") for name in cases) == len(checks.ENGINE_CHECKS)
+    engine_checks = len(checks.ENGINE_CHECKS + checks.HTTP_CHECKS)
+    assert sum(name.startswith("test_engine_passes_check[") for name in cases) == engine_checks
     failure = cases["test_machine[factory-sessions]"].find("failure")
     assert failure is not None and "Divergence" in failure.get("message", "")
     assert cases["test_machine[factory-faults]"].find("failure") is None

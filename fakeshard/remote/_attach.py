@@ -234,6 +234,8 @@ class AttachedFactory:
     ``MemoryPressure``, which :attr:`fault_kinds` then leaves out). Judged by the contract alone."""
 
     fixture_choices = False
+    #: Its engines are nodes over HTTP: the checks of a node's HTTP layer run on them.
+    makes_http_nodes = True
     __name__ = "attached_engine"
 
     def __init__(self, control: Optional[str] = None) -> None:

@@ -93,6 +93,7 @@ def served(factory: Any) -> Any:
                  "machine_max_positions", "fixture_choices"):
         if hasattr(factory, attr):
             setattr(make, attr, getattr(factory, attr))
+    make.makes_http_nodes = True  # type: ignore[attr-defined]
     make.__name__ = f"served_{getattr(factory, '__name__', 'engine')}"
     return make
 

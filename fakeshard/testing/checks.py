@@ -47,14 +47,17 @@ from fakeshard._factory import makes_fixture_choices
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._feeder import Feeder
 from fakeshard._pipeline import answer_problem
+from fakeshard.testing import _http_checks
 from fakeshard.testing._model import well_typed
 from fakeshard.testing._runner import HIDDEN_KINDS, SAMPLE_KINDS, damaged_checksum
 
 __all__ = [
     "ENGINE_CHECKS",
+    "HTTP_CHECKS",
     "TILINGS",
     "check_bad_close",
     "check_capacity_edges",
+    "check_capacity_without_faults",
     "check_defaults",
     "check_factory_arguments",
     "check_new_engine",
@@ -84,6 +87,14 @@ def refused(build: Callable[[], Any], errors: tuple[type[BaseException], ...], w
         return err
     raise AssertionError(f"{what} was not refused (by {' or '.join(e.__name__ for e in errors)}): "
                          f"it answered {value!r}")
+
+
+def answered(build: Callable[[], Any], what: str) -> Any:
+    """What ``build()`` answers; an ``AssertionError`` naming ``what`` if it is refused."""
+    try:
+        return build()
+    except ShardError as err:
+        raise AssertionError(f"{what} was refused: {err!r}") from None
 
 
 def _names(err: ShardError, session_id: Any, epoch: Any, what: str) -> None:
@@ -144,6 +155,30 @@ def check_capacity_edges(factory: Factory) -> None:
 #: The fault kinds a check's plans use beyond the rest: a factory whose engines apply none of
 #: them (a layer in front of an engine applies no MemoryPressure) skips the check, saying why.
 check_capacity_edges.fault_kinds_needed = frozenset({"MemoryPressure"})  # type: ignore[attr-defined]
+
+
+def check_capacity_without_faults(factory: Factory) -> None:
+    """``capacity_tokens`` at its edges with no fault (so on any engine, a host's behind the kit's
+    layer too): 4 positions of 4 fit and 5 do not; a session's next allocation counts what the
+    others hold; a prefill at a newer epoch counts the older cache it replaces as free; and a
+    refused allocation changes nothing: not the accounting, not the older epoch's cache."""
+    engine = factory(SPEC, capacity_tokens=4)
+    refused(lambda: engine.prefill(TokenBundle("a", 0, 0, (1, 2, 3, 4, 5))), (OutOfMemory,), "5 positions of 4")
+    assert engine.used_tokens == 0 and engine.session("a") is None, "a failed allocation holds something"
+    answered(lambda: engine.prefill(TokenBundle("a", 0, 0, (1, 2, 3))), "3 positions of 4")
+    refused(lambda: engine.prefill(TokenBundle("b", 0, 0, (1, 2))), (OutOfMemory,), "2 positions with 1 free")
+    assert engine.used_tokens == 3 and engine.session("b") is None, "a failed allocation holds something"
+    answered(lambda: engine.decode(TokenBundle("a", 0, 3, (1,))), "the last free position (a check off by one)")
+    assert engine.used_tokens == 4, f"4 positions held, used_tokens says {engine.used_tokens}"
+    answered(lambda: engine.prefill(TokenBundle("a", 1, 0, (2, 1, 3, 4))),
+             "4 positions at a newer epoch, in place of the older epoch's 4 (counted as free)")
+    assert engine.used_tokens == 4, f"4 positions held after a replace, used_tokens says {engine.used_tokens}"
+    refused(lambda: engine.prefill(TokenBundle("a", 2, 0, (1, 2, 3, 4, 5))), (OutOfMemory,),
+            "5 positions at a newer epoch, in place of 4 of 4")
+    view = engine.session("a")
+    assert engine.used_tokens == 4 and view is not None and (view.epoch, view.status, view.cached_tokens) == \
+        (1, "live", 4), f"a refused prefill at a newer epoch changed the session ({view}) or the accounting"
+    refused(lambda: engine.decode(TokenBundle("a", 1, 4, (1,))), (OutOfMemory,), "a 5th position of 4")
 
 
 def check_replace_faults(factory: Factory) -> None:
@@ -322,6 +357,13 @@ def check_pipeline_evidence_class(factory: Factory) -> None:
 
 #: Every check of this module, in the order ``fakeshard check`` runs them.
 ENGINE_CHECKS: tuple[Callable[[Factory], None], ...] = (
-    check_new_engine, check_defaults, check_capacity_edges, check_replace_faults, check_factory_arguments,
+    check_new_engine, check_defaults, check_capacity_edges, check_capacity_without_faults, check_replace_faults,
+    check_factory_arguments,
     check_bad_close, check_pipeline, check_pipeline_answers, check_pipeline_evidence_class,
 )
+
+#: The checks of a node's own HTTP layer (keep-alive and pipelining, ``HEAD``, ``405`` with
+#: ``Allow``, ``404``, ``415``, a bad ``?hidden=``, an error to a frame request, ``413``), for a
+#: factory whose engines are nodes over HTTP (an engine host's, or served ones): ``fakeshard
+#: check`` runs them beside :data:`ENGINE_CHECKS` there, and skips them, saying so, elsewhere.
+HTTP_CHECKS: tuple[Callable[[Factory], None], ...] = _http_checks.HTTP_CHECKS

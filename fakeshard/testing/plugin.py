@@ -42,6 +42,7 @@ from fakeshard._factory import (
 )
 from fakeshard._layer import fault_kinds_of
 from fakeshard._pipeline import Pipeline
+from fakeshard.testing._http_checks import makes_http_nodes
 
 #: The environment variable that names a coordinator factory.
 COORDINATOR_ENV_VAR = "FAKESHARD_COORDINATOR"
@@ -60,6 +61,8 @@ MARKERS = (
     "skipped (with the reason) on engines whose factory does not state fixture_choices",
     "needs_faults(*kinds): needs engines that apply these fault kinds (such as 'MemoryPressure'); "
     "skipped (with the reason) on a factory whose engines do not (faults applied in front of a node)",
+    "needs_http_nodes: needs engines that are nodes over HTTP (a host's or served ones); skipped "
+    "(with the reason) on a factory whose engines run in process",
 )
 
 
@@ -226,6 +229,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(
                 reason=f"fixture choice, not the contract: {marker.args[0]} "
                        f"({names.get(id(factory), factory)} is judged by the contract alone)"))
+        if item.get_closest_marker("needs_http_nodes") is not None and not makes_http_nodes(factory):
+            item.add_marker(pytest.mark.skip(
+                reason=f"a check of a node's HTTP layer: the engines of {names.get(id(factory), factory)} run in "
+                       "process (give --engine-url, --engine-cmd or a served factory)"))
         needs = item.get_closest_marker("needs_faults")
         lacking = sorted(set(needs.args) - fault_kinds_of(factory)) if needs is not None else []
         if lacking:

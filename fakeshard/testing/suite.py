@@ -38,10 +38,14 @@ __all__ = ["test_ci_campaign_reaches_every_probe", "test_engine_passes_check", "
            "test_machine_concurrent", "test_machine_coordinator", "test_machine_parallel", "test_machine_program"]
 
 
-#: The engine checks as test parameters, each marked with the fault kinds it needs (``needs_faults``).
+#: The engine checks as test parameters, each marked with the fault kinds it needs
+#: (``needs_faults``), then the checks of a node's HTTP layer (``needs_http_nodes``: they run on
+#: engine hosts and served nodes, and skip, saying so, on engines in process).
 CHECKS = [pytest.param(check, id=check.__name__,
                        marks=pytest.mark.needs_faults(*sorted(getattr(check, "fault_kinds_needed", ()))))
-          for check in checks.ENGINE_CHECKS]
+          for check in checks.ENGINE_CHECKS] + \
+         [pytest.param(check, id=check.__name__, marks=pytest.mark.needs_http_nodes)
+          for check in checks.HTTP_CHECKS]
 
 
 @pytest.mark.parametrize("check", CHECKS)
