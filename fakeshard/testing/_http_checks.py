@@ -79,12 +79,19 @@ class _Connection:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + body
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise AssertionError(f"the node closed the connection while a request was sent: {exc!r}") from None
 
     def answer(self, method: str = "GET") -> tuple[http.client.HTTPResponse, bytes]:
-        response = http.client.HTTPResponse(self, method=method)  # type: ignore[arg-type]
-        response.begin()
-        return response, response.read()
+        """The next answer on the connection; an ``AssertionError`` if none comes."""
+        try:
+            response = http.client.HTTPResponse(self, method=method)  # type: ignore[arg-type]
+            response.begin()
+            return response, response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise AssertionError(f"no answer on a kept-alive connection: {exc!r}") from None
 
     def close(self) -> None:
         self.file.close()
