@@ -119,6 +119,8 @@ class CheckOptions:
     engine_cmd: Optional[str] = None
     #: Where to write the campaign's JUnit XML report (``--junit-xml``; ``None``: none).
     junit_xml: Optional[Path] = None
+    #: A file naming the checks expected to fail (``--known-failing``; ``None``: none).
+    known_failing: Optional[Path] = None
 
 
 #: The factory a campaign on an engine host runs (``--engine-url``, ``--engine-cmd``).
@@ -146,9 +148,13 @@ class CheckResult:
     #: On an engine host: who applied the fault plans, in words (``None``: an engine in process).
     faults_applied_by: Optional[str] = None
 
+    #: The checks ``--known-failing`` lists: their failures are expected, their passes fail the run.
+    known: frozenset[str] = frozenset()
+
     @property
     def failed(self) -> bool:
-        return self.returncode != 0 or any(m.get("failed") for m in self.machines)
+        """pytest failed (a listed check that passed among it), or a machine not listed failed."""
+        return self.returncode != 0 or any(m.get("failed") and m["machine"] not in self.known for m in self.machines)
 
     @property
     def probes_ok(self) -> bool:
@@ -200,6 +206,17 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
         _need_serve("the program machine (--coordinator-cmd) serves its nodes on loopback and")
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
+    if options.known_failing is not None:
+        from fakeshard.testing._known import KnownFailingError, check_names, read_known_failing
+
+        try:
+            unknown = sorted(read_known_failing(options.known_failing) - check_names())
+        except KnownFailingError as exc:
+            raise CheckError(str(exc)) from None
+        if unknown:
+            raise CheckError(f"--known-failing {options.known_failing} names what check does not run: "
+                             f"{', '.join(unknown)} (it runs the machines {', '.join(ALL_MACHINES)} and the "
+                             "checks of fakeshard.testing.checks)")
     unknown = [m for m in options.machines if m not in ALL_MACHINES]
     if unknown or not options.machines:
         raise CheckError(f"--machines takes a comma-separated subset of {', '.join(ALL_MACHINES)}, "
@@ -312,6 +329,8 @@ def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
         cmd.append(f"--coordinator-cmd={options.coordinator_cmd}")
     if options.request_timeout is not None:
         cmd.append(f"--request-timeout={options.request_timeout!r}")
+    if options.known_failing is not None:
+        cmd.append(f"--known-failing={options.known_failing.resolve()}")
     if options.junit_xml is not None:
         # pytest's own report: a case per machine and per engine check, a failure with its message.
         cmd += [f"--junitxml={options.junit_xml.resolve()}", "-o", "junit_suite_name=fakeshard-check",
@@ -455,6 +474,10 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
     result = CheckResult(options, evidence_class, [Path(cmd[0]).name] + cmd[1:], proc.returncode,
                          time.monotonic() - started)
     result.pytest_tail = "\n".join(log.read_text(encoding="utf-8").splitlines()[-30:])
+    if options.known_failing is not None:
+        from fakeshard.testing._known import read_known_failing
+
+        result.known = read_known_failing(options.known_failing)
     for path in sorted((out / "campaign").glob("*.summary.json")):
         result.machines.append(json.loads(path.read_text(encoding="utf-8")))
     result.machines.sort(key=lambda m: ALL_MACHINES.index(m["machine"]))
@@ -541,8 +564,10 @@ def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
         counted = f"{len([k for k in probes if k in own])}/{len(own)}"
         probe_cell, situation_cell = ("-", counted) if m["machine"] in _SITUATION_MACHINES else \
             ("-", "-") if m["machine"] in _UNCOUNTED else (counted, "-")
-        outcome = f"FAILED ({len(m['traces'])} trace{'s' if len(m['traces']) != 1 else ''})" if m["failed"] \
-            else "passed"
+        traces = f"{len(m['traces'])} trace{'s' if len(m['traces']) != 1 else ''}"
+        known = m["machine"] in result.known
+        outcome = (f"known failing ({traces})" if known else f"FAILED ({traces})") if m["failed"] else \
+            "PASSED, listed as known failing" if known else "passed"
         rows.append((m["machine"], str(m["runs"]), str(m["steps"]), probe_cell, situation_cell,
                      f"{len(_fired(probes, 'fault:'))}/{len(_FAULT_KINDS)}",
                      f"{len(_fired(probes, 'code:'))}/{len(ERROR_CODES)}", outcome))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
@@ -43,6 +44,7 @@ from fakeshard._factory import (
 from fakeshard._layer import fault_kinds_of
 from fakeshard._pipeline import Pipeline
 from fakeshard.testing._http_checks import makes_http_nodes
+from fakeshard.testing._known import KnownFailingError, case_name, read_known_failing
 
 #: The environment variable that names a coordinator factory.
 COORDINATOR_ENV_VAR = "FAKESHARD_COORDINATOR"
@@ -82,6 +84,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--engine-cmd", default=None, metavar="'CMD ARGS'",
         help="start an engine host with this command (it prints its roster line), run the engine tests on its "
         "nodes, and stop it at the end",
+    )
+    group.addoption(
+        "--known-failing", default=None, metavar="FILE",
+        help="a file naming checks expected to fail, one a line (a machine, an engine check, a test function): "
+        "each is a strict xfail, so a listed check that passes fails the run",
     )
     group.addoption(
         "--coordinator", default=None,
@@ -218,6 +225,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Checks of a fixture choice skip, naming the choice, on engines judged by the contract alone;
     tests of fault kinds a factory's engines do not apply skip, naming the kinds."""
+    _mark_known_failing(config, items)
     names = {id(f): n for n, f in config.stash[RUN].factories.items()}
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -239,6 +247,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(
                 reason=f"needs {', '.join(lacking)} faults, which the engines of {names.get(id(factory), factory)} "
                        "do not apply (the kit applies faults in front of a node: every kind but MemoryPressure)"))
+
+
+def _mark_known_failing(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--known-failing FILE``: every test of a listed check is a strict xfail (a pass fails the run)."""
+    path = config.getoption("--known-failing")
+    if path is None:
+        return
+    try:
+        known = read_known_failing(Path(path))
+    except KnownFailingError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for item in items:
+        if case_name(item) in known:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"known to fail (listed in {path})"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
