@@ -150,6 +150,10 @@ class CheckResult:
 
     #: The checks ``--known-failing`` lists: their failures are expected, their passes fail the run.
     known: frozenset[str] = frozenset()
+    #: pytest's line for each listed check that passed (each fails the run).
+    known_passed: list[str] = field(default_factory=list)
+    #: The tests pytest's summary lists as failed (a listed check that passed among them).
+    failed_tests: int = 0
 
     @property
     def failed(self) -> bool:
@@ -473,7 +477,11 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
         stream.write(("\r" if tty else "") + _bar(p) + "\n")
     result = CheckResult(options, evidence_class, [Path(cmd[0]).name] + cmd[1:], proc.returncode,
                          time.monotonic() - started)
-    result.pytest_tail = "\n".join(log.read_text(encoding="utf-8").splitlines()[-30:])
+    logged = log.read_text(encoding="utf-8").splitlines()
+    result.pytest_tail = "\n".join(logged[-30:])
+    #: pytest's report of each check listed as known failing that passed (a strict xfail's pass).
+    result.known_passed = [line for line in logged if line.startswith("[XPASS(strict)]")]
+    result.failed_tests = sum(line.startswith("FAILED ") for line in logged)
     if options.known_failing is not None:
         from fakeshard.testing._known import read_known_failing
 

@@ -226,13 +226,13 @@ def _check(args: argparse.Namespace) -> int:
         out.write(f"summary written to {args.json_out}\n")
     status = 0
     if result.failed:
-        passing = [line for line in result.pytest_tail.splitlines() if "XPASS" in line]
+        passing = result.known_passed
         if passing:
             out.write(f"FAILED: {len(passing)} check{'s' if len(passing) != 1 else ''} listed in --known-failing "
                       f"{result.options.known_failing} now pass: take {'them' if len(passing) != 1 else 'it'} "
                       "off the list\n")
-        if len(passing) != len([line for line in result.pytest_tail.splitlines() if line.startswith("FAILED")]) \
-                or not passing:
+        if not passing or result.failed_tests > len(passing) or any(m["failed"] and m["machine"] not in result.known
+                                                                   for m in result.machines):
             out.write("FAILED: the campaign found a failure (see the traces above); pytest's last lines:\n")
         out.write(result.pytest_tail + "\n")
         status = 1
