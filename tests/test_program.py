@@ -570,8 +570,9 @@ def test_a_planted_program_is_caught_under_ci(name, tmp_path):
 def test_a_saved_program_trace_runs_again_and_the_reference_passes_it(tmp_path, capsys):
     # A bug every run of a multi-stage scenario shows, so the replay fails again whatever the
     # interleaving (a real-time replay is the same scenario, not the same interleaving).
-    # Saved as found (a reduction in real time is test_the_re_runs_of_a_failure_found_are_counted_as_they_happen's): it re-runs the program
-    # dozens of times, 25 s of this test for nothing it checks.
+    # Saved as found: a reduction in real time re-runs the program dozens of times, 25 s of this
+    # test for nothing it checks (test_the_re_runs_of_a_failure_found_are_counted_as_they_happen
+    # reduces one).
     with pytest.raises(ConcurrentFailure):
         _campaign(_planted("release_only_tail.mjs"), tmp_path, reduce_failure=False)
     (saved,) = tmp_path.glob("program-*.json")
