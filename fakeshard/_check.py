@@ -666,7 +666,8 @@ def summary_json(result: CheckResult) -> dict[str, Any]:
         counts = "none" if m["machine"] in _UNCOUNTED else \
             "situations" if m["machine"] in _SITUATION_MACHINES else "probes"
         machines.append({
-            "machine": m["machine"], "examples": m["runs"], "steps": m["steps"],
+            "machine": m["machine"], "examples": m["runs"], "discarded": int(m.get("discarded", 0)),
+            "steps": m["steps"],
             "result": "failed" if m["failed"] else "passed", "traces": list(m["traces"]),
             "counts": counts,
             "reached": sorted(reached & own) if counts != "none" else [],

@@ -167,3 +167,36 @@ def test_a_scenarios_nodes_get_malformed_faults_their_outputs_show(sc):
         for rule in plan.rules:
             if isinstance(rule.fault, Malformed):
                 assert _broken(rule.fault.kind, last), (k, rule)
+
+
+def test_a_run_hypothesis_throws_away_is_counted_as_discarded_and_no_other_is():
+    from hypothesis.errors import StopTest
+
+    from fakeshard.testing._machines import count_discarded
+
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+
+    def ends_with(exc):
+        try:
+            if exc is not None:
+                raise exc
+        finally:
+            count_discarded(config)  # where Hypothesis calls a machine's teardown
+
+    for exc in (None, AssertionError("a failure found"), StopTest(0)):
+        try:
+            ends_with(exc)
+        except (AssertionError, StopTest):
+            pass
+    assert config.discarded == 1
+
+
+@pytest.mark.parametrize("machine", [failover.FailoverMachine, CoordinatorMachine])
+def test_a_machines_examples_are_the_runs_hypothesis_counted(machine):
+    # Both machines have rules that swarm testing can leave with none enabled and valid, so
+    # Hypothesis starts runs it throws away; the campaign's row still reads ``max_examples``.
+    config = MachineConfig.for_factory(FakeShardEngine, "fakeshard:FakeShardEngine")
+    run_machine(machine, config, settings=settings(profiles.get("ci"), max_examples=30, stateful_step_count=10),
+                save_dir=None)
+    assert config.examples == 30
+    assert config.runs == config.examples + config.discarded

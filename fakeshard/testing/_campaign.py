@@ -121,8 +121,9 @@ class Reporter:
         if not force and now - self._last < 0.25:
             return
         self._last = now
-        self._write(self.progress_path, {"machine": self.machine, "runs": config.runs,
-                                         "steps": config.steps, "failures": len(config.failures),
+        self._write(self.progress_path, {"machine": self.machine, "runs": config.examples,
+                                         "discarded": config.discarded, "steps": config.steps,
+                                         "failures": len(config.failures),
                                          "reruns": config.reruns, "elapsed": now - self.started})
 
     def finish(self, config: Any, reached: Counter[str], failed: bool, traces: list[str],
@@ -130,7 +131,8 @@ class Reporter:
         """Write the summary; ``notes`` are lines ``fakeshard check`` prints under its table."""
         self.tick(config, force=True)
         self._write(self.summary_path, {
-            "machine": self.machine, "runs": config.runs, "steps": config.steps, "failed": failed,
+            "machine": self.machine, "runs": config.examples, "discarded": config.discarded,
+            "steps": config.steps, "failed": failed,
             "traces": traces, "probes": dict(sorted(reached.items())), "evidence_class": evidence_class,
             "elapsed": time.monotonic() - self.started, "notes": list(notes or []),
         })

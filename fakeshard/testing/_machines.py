@@ -7,10 +7,12 @@ read from globals: ``run_state_machine_as_test(lambda: SessionsMachine(cfg))``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
+from hypothesis.errors import StopTest
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from fakeshard import (
@@ -79,7 +81,10 @@ class MachineConfig:
     #: The trace of the most recent failing run (Hypothesis replays the
     #: shrunk example last, so after a failure this is the shrunk one).
     last_failure: Optional[Trace] = None
+    #: Runs started, and those of them Hypothesis threw away partway (:func:`count_discarded`):
+    #: the examples a campaign reports are ``runs - discarded``.
     runs: int = 0
+    discarded: int = 0
     steps: int = 0
     failures: list[Trace] = field(default_factory=list)
     #: Called after every step (progress display); ``None`` for none.
@@ -93,6 +98,12 @@ class MachineConfig:
     #: its ``module:callable`` name, which traces record.
     coordinator: Optional[Callable[..., Any]] = None
     coordinator_name: str = "fakeshard.testing:reference"
+
+    @property
+    def examples(self) -> int:
+        """The runs that count as examples: those started, less those Hypothesis threw away
+        (:func:`count_discarded`; the machines that draw whole scenarios throw none away)."""
+        return self.runs - self.discarded
 
     def width(self, wide: bool) -> int:
         """A run's hidden width: the real one (``wide_hidden_size``) when the run drew ``wide`` and
@@ -178,6 +189,20 @@ bad_while_down = st.integers(0, 2**16).map(
 close_ops = st.sampled_from(["cancel", "release"] * 6 + ["cancel!", "release!", "cancel?", "release?"])
 
 
+def count_discarded(config: MachineConfig) -> None:
+    """Count the run now tearing down in ``config.discarded`` if Hypothesis is throwing it away.
+
+    Hypothesis stops a machine after ``max_examples`` runs it counts, and also starts runs that it
+    abandons partway, with ``StopTest``: a run whose state leaves no rule its swarm testing enabled
+    (each run turns some rules off), and one that outgrows its buffer of choices.  Their steps ran
+    and were checked, but they are not examples: a campaign's row counts the runs Hypothesis kept,
+    so that ``--examples N`` reads ``N``.  Called from a machine's ``teardown``, which Hypothesis
+    runs in a ``finally`` clause, where the exception ending the run is the one being handled.
+    """
+    if isinstance(sys.exc_info()[1], StopTest):
+        config.discarded += 1
+
+
 class RecordingMachine(RuleBasedStateMachine):
     """A machine whose steps go through a runner: counts them, reports progress, and keeps
     the trace of a failing run in ``config.last_failure``."""
@@ -203,6 +228,9 @@ class RecordingMachine(RuleBasedStateMachine):
             self.config.last_failure = runner.trace
             raise
 
+    def teardown(self) -> None:
+        count_discarded(self.config)
+
 
 class FinishingMachine(RecordingMachine):
     """A machine whose runner checks the world after every step itself (``runner.run`` raises
@@ -210,6 +238,7 @@ class FinishingMachine(RecordingMachine):
     no memory held)."""
 
     def teardown(self) -> None:
+        super().teardown()
         if self.runner is not None:
             try:
                 self.runner.finish()

@@ -47,7 +47,7 @@ from fakeshard import (
 from fakeshard._errors import ERROR_CODES
 from fakeshard._faults import MALFORMED_KINDS, OPS, FaultInjector
 from fakeshard._feeder import Feeder
-from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._machines import MachineConfig, count_discarded
 from fakeshard.testing._model import RuleCounters
 from fakeshard.testing._runner import same
 
@@ -243,6 +243,9 @@ class SurfaceMachine(RuleBasedStateMachine):
         self.config = config
         self.pool: list[Any] = []
         config.runs += 1
+
+    def teardown(self) -> None:
+        count_discarded(self.config)
 
     def _count(self) -> None:
         self.config.steps += 1
