@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fakeshard import FakeShardEngine, FaultPlan, FaultRule, MemoryPressure, ShardSpec
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._damage import BAD_INPUTS
 from fakeshard.testing._model import CLOSE_ORDER, COMPUTE_ORDER, Model, Oracle
-from fakeshard.testing._runner import BAD_INPUTS
 
 SPEC = ShardSpec("crossing-model", n_layers=2, start_layer=0, end_layer=2, hidden_size=4, vocab_size=64)
 

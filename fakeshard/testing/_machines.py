@@ -29,6 +29,7 @@ from fakeshard import (
 from fakeshard._factory import makes_fixture_choices
 from fakeshard._faults import HIDDEN_MALFORMED_KINDS, MALFORMED_KINDS, SAMPLE_MALFORMED_KINDS, Fault
 from fakeshard._feeder import Feeder
+from fakeshard.testing._damage import BAD_INPUTS
 from fakeshard.testing._lengths import (
     BIG_RESERVES,
     EDGES,
@@ -41,7 +42,7 @@ from fakeshard.testing._lengths import (
     longest_prompt,
     session_bound,
 )
-from fakeshard.testing._runner import BAD_INPUTS, EngineRunner
+from fakeshard.testing._runner import EngineRunner
 from fakeshard.testing._trace import Trace
 from fakeshard.testing.strategies import lengths
 

@@ -30,7 +30,7 @@ COMPUTE_CONDITIONS = ("down", "malformed", "stale", "cancelled", "released", "no
 CLOSE_CONDITIONS = ("down", "malformed", "stale")
 _FAULT_KINDS = ("Delay", "MemoryPressure", "Malformed", "Crash", "DropResponse")
 _OUTCOMES = ("ok",) + tuple(ERROR_CODES)
-#: What every malformed input the machines send is (``fakeshard.testing._runner.BAD_INPUTS``,
+#: What every malformed input the machines send is (``fakeshard.testing._damage.BAD_INPUTS``,
 #: and the close calls' bad ``epoch`` and ``session``).
 _BAD_KINDS = ("contract", "range", "type", "two_positions", "session_type", "empty_session",
               "epoch_negative", "epoch_bool", "start_negative", "no_positions", "token_type",

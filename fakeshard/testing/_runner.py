@@ -33,6 +33,7 @@ from fakeshard._factory import makes_fixture_choices
 from fakeshard._judge import Judge
 from fakeshard._layer import fault_kinds_of, without_unapplied
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._damage import break_input
 from fakeshard.testing._lengths import tokens_of
 from fakeshard.testing._model import OK, Expected, Model, Oracle, ReferenceFailed
 from fakeshard.testing._reference_coordinator import LINK_FORMS, across
@@ -40,11 +41,6 @@ from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 HIDDEN_KINDS = frozenset({"checksum", "shape", "layer", "nan", "session", "epoch", "position"})
 SAMPLE_KINDS = frozenset({"token_range", "session", "epoch", "position"})
-#: Ways a step's input can break the contract (each must be refused as MalformedBundle).
-BAD_INPUTS = ("contract", "range", "type", "two_positions", "session_type", "empty_session",
-              "epoch_negative", "epoch_bool", "start_negative", "no_positions", "token_type",
-              "not_a_bundle", "nan", "checksum", "width", "ragged", "layer", "value_type", "rows_type")
-
 
 class Divergence(AssertionError):
     """The engine did something the contract (the model) says it must not."""
@@ -531,50 +527,6 @@ def _breaks_alone(bundle: Any) -> bool:
     except Exception:
         return True
     return False
-
-
-def break_input(bundle: Any, bad: str, spec: ShardSpec) -> Any:
-    """``bundle`` broken in the named way (a kind that does not fit its type breaks the contract version)."""
-    replace = dataclasses.replace
-    sid, epoch, start = bundle.session_id, bundle.epoch, bundle.start_pos
-    identity: dict[str, dict[str, Any]] = {"session_type": {"session_id": 7}, "empty_session": {"session_id": ""},
-                "epoch_negative": {"epoch": -1}, "epoch_bool": {"epoch": True},
-                "start_negative": {"start_pos": -1}, "contract": {"contract": "0"}}
-    if bad in identity:
-        return replace(bundle, **identity[bad])
-    if bad == "not_a_bundle":
-        return {"session_id": sid, "epoch": epoch, "start_pos": start}
-    if isinstance(bundle, TokenBundle):
-        if bad == "range":
-            return replace(bundle, tokens=(spec.vocab_size,) + bundle.tokens[1:])
-        if bad == "no_positions":
-            return replace(bundle, tokens=())
-        if bad == "token_type":
-            return replace(bundle, tokens=("7",) + bundle.tokens[1:])
-        if bad == "type":
-            return HiddenBundle.sealed(sid, epoch, start, max(1, spec.start_layer),
-                                       [(0.0,) * spec.hidden_size] * len(bundle.tokens))
-        return replace(bundle, contract="0")
-    rows = list(bundle.rows())
-    if bad in ("range", "nan"):
-        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [(math.nan,) + rows[0][1:]] + rows[1:])
-    if bad == "checksum":
-        return replace(bundle, checksum="0" * 16)
-    if bad == "width":
-        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [r + (0.0,) for r in rows])
-    if bad == "ragged":
-        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, rows + [rows[0][:-1]])
-    if bad == "layer":
-        return HiddenBundle.sealed(sid, epoch, start, bundle.layer + 1, rows)
-    if bad == "no_positions":
-        return HiddenBundle.sealed(sid, epoch, start, bundle.layer, [])
-    if bad == "value_type":
-        return replace(bundle, hidden=(("x",) + rows[0][1:],) + tuple(rows[1:]))
-    if bad == "rows_type":
-        return replace(bundle, hidden=rows[0])
-    if bad == "type":
-        return TokenBundle(sid, epoch, start, (0,) * len(rows))
-    return replace(bundle, contract="0")
 
 
 def _has_binary_form(bundle: HiddenBundle) -> bool:

@@ -42,6 +42,7 @@ from fakeshard._faults import (
     Malformed,
     MemoryPressure,
 )
+from fakeshard.testing._damage import BAD_INPUTS, break_input
 from fakeshard.testing._lengths import length_of, scrambled
 
 __all__ = [
@@ -62,14 +63,8 @@ __all__ = [
 ROLES = ("head", "middle", "tail", "full")
 
 
-def _bad_input_kinds() -> tuple[str, ...]:
-    from fakeshard.testing._runner import BAD_INPUTS
-
-    return BAD_INPUTS
-
-
 #: Every way :func:`malformed_inputs` breaks an input (the suites' own list).
-BAD_INPUT_KINDS = _bad_input_kinds()
+BAD_INPUT_KINDS = BAD_INPUTS
 
 session_ids = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8)
 
@@ -166,8 +161,6 @@ def malformed_inputs(spec: ShardSpec, kind: Optional[str] = None,
                      op: str = "prefill") -> st.SearchStrategy[tuple[str, object]]:
     """``(kind, input)``: a valid input for ``spec`` broken in one named way; an engine of
     ``spec`` refuses it with ``MalformedBundle`` whatever state it is in."""
-    from fakeshard.testing._runner import break_input
-
     if kind is not None and kind not in BAD_INPUT_KINDS:
         raise ValueError(f"kind must be one of {BAD_INPUT_KINDS}, got {kind!r}")
     kinds = st.just(kind) if kind is not None else st.sampled_from(BAD_INPUT_KINDS)
