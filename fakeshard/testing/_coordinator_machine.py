@@ -79,7 +79,13 @@ from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_
 from fakeshard.testing._machines import FinishingMachine, fit_malformed, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
 from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams
-from fakeshard.testing._sim import breaks_contract, fault_count, fired_since, is_async_coordinator
+from fakeshard.testing._sim import (
+    NODE_FAULT_OUTCOMES,
+    breaks_contract,
+    fault_count,
+    fired_since,
+    is_async_coordinator,
+)
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 __all__ = [
@@ -113,8 +119,9 @@ TIGHT_CAPACITY = len(SIDS) * MAX_HISTORY
 GIVE_UP_AFTER = 8
 #: The coordinator's own virtual time (back-off) allowed per failing call.
 BUDGET_SECONDS_PER_FAULT = 1.0
-#: Outcomes of an engine call that a coordinator cannot prevent: they count in ``F``.
-FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output"})
+#: Outcomes of an engine call that a coordinator cannot prevent: they count in ``F``.  Calls
+#: here reach their node in process, so only the node's own faults can happen (no network).
+FAULT_OUTCOMES = NODE_FAULT_OUTCOMES
 #: Engine calls that count against the budget (inspection and restart do not), by kind.
 COMPUTE, CLEANUP = ("prefill", "decode"), ("cancel", "release")
 CALLS = COMPUTE + CLEANUP

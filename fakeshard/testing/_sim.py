@@ -44,16 +44,20 @@ from fakeshard import EngineCrashed, FaultPlan, ResponseLost, ShardError, ShardS
 from fakeshard._clock import _check_seconds
 from fakeshard._pipeline import answer_problem
 
-__all__ = ["AsyncNode", "Call", "Deadlock", "LoopClock", "Nemesis", "NemesisWorld", "SimNode", "VirtualTimeLoop",
-           "World", "is_async_coordinator", "new_loop", "ranges"]
+__all__ = ["FAULT_OUTCOMES", "NETWORK_FAULT_OUTCOMES", "NODE_FAULT_OUTCOMES", "AsyncNode", "Call", "Deadlock",
+           "LoopClock", "Nemesis", "NemesisWorld", "SimNode", "VirtualTimeLoop", "World", "is_async_coordinator",
+           "new_loop", "ranges"]
 
 #: A one-way hop's latency, seconds: drawn uniformly, in whole microseconds.
 HOP = (0.000_5, 0.020)
 #: How long a call waits on its node before it is applied, seconds.
 SERVICE = (0.0, 0.010)
-#: Outcomes of a call that no coordinator can prevent: they count as failures in its budget.
-FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output",
-                            "refused", "hung", "crashed_mid_call", "reset"})
+#: Outcomes of a call that no coordinator can prevent, and that count as failures in its
+#: budget: the node's (a fault plan's, or a crash between calls), and, where a network stands
+#: between coordinator and node, the network's and a crash in the middle of a call.
+NODE_FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output"})
+NETWORK_FAULT_OUTCOMES = frozenset({"refused", "hung", "crashed_mid_call", "reset"})
+FAULT_OUTCOMES = NODE_FAULT_OUTCOMES | NETWORK_FAULT_OUTCOMES
 
 
 def ranges(stages: int, layers_per_stage: int = 2) -> list[tuple[int, int]]:
