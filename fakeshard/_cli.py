@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from fakeshard.testing._concurrent import Replayed
     from fakeshard.testing._parallel import ParallelReplay
     from fakeshard.testing._program import Replayed as ProgramReplayed
-    from fakeshard.testing._regress import ReplayResult
+    from fakeshard.testing._replay import ReplayResult
     from fakeshard.testing._trace import Trace
 
 __all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
@@ -255,7 +255,7 @@ def _replay(args: argparse.Namespace) -> int:
     from fakeshard._factory import FactoryError, load_factory, resolve_factory_name
 
     try:
-        from fakeshard.testing._regress import replay
+        from fakeshard.testing._replay import replay
     except ImportError as exc:
         raise _Fail(f"replay needs the extra 'test' (pip install 'fakeshard[test]'): {exc}") from None
     from fakeshard.testing._trace import Trace
@@ -293,7 +293,8 @@ def _replay(args: argparse.Namespace) -> int:
             if trace.machine == "coordinator":
                 trace.config["coordinator"] = args.coordinator
     if args.html is not None:
-        from fakeshard.testing._view import history_of, write_html
+        from fakeshard.testing._history import history_of
+        from fakeshard.testing._view import write_html
 
         path, trace = traces[0]
         try:

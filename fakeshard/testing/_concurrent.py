@@ -75,6 +75,7 @@ from fakeshard.testing._machines import fit_malformed, now_and_then, seeded_runs
 from fakeshard.testing._probes import SITUATIONS
 from fakeshard.testing._reference_coordinator import GaveUp
 from fakeshard.testing._runner import Divergence, ReferenceStreams
+from fakeshard.testing._save import keep
 from fakeshard.testing._sim import (
     FAULT_OUTCOMES,
     Call,
@@ -84,7 +85,8 @@ from fakeshard.testing._sim import (
     is_async_coordinator,
     new_loop,
 )
-from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing._view import saved_history
 
 __all__ = ["Client", "ConcurrentFailure", "Round", "Run", "SITUATIONS", "Scenario", "builds_async", "reduce",
            "replay_concurrent", "run_concurrent", "run_scenario", "scenarios"]
@@ -1066,7 +1068,7 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
     trace = make_trace(scenario, run, factory_name=config.factory_name, coordinator_name=name,
                        evidence_class=evidence if isinstance(evidence, str) else "fixture")
     message = f"concurrent run failed on {config.factory_name} with {name}: {run.failure}\n{scenario.describe()}"
-    path = keep(trace, config, save_dir)
+    path = keep(trace, config, save_dir, lambda: saved_history(trace))
     if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
     config.last_failure = trace

@@ -51,9 +51,20 @@ from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import search_until_found
 from fakeshard.testing._lengths import EDGES, LONGEST, MANY_HOPS, longest_prompt
-from fakeshard.testing._linearizability import Op, Verdict, check, timeline
+from fakeshard.testing._linearizability import (
+    Op,
+    Verdict,
+    check,
+    describe_call,
+    describe_outcome,
+    state_dict,
+    states_along,
+    timeline,
+)
 from fakeshard.testing._machines import now_and_then
-from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
+from fakeshard.testing._save import keep
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing._view import Builder, page_history
 from fakeshard.testing.strategies import lengths
 
 CRASH_SESSION = "crash-now"
@@ -394,7 +405,7 @@ def run_parallel(config: Any, *, settings: Optional[Settings] = None, save_dir: 
         program, history, verdict = shrink(config.factory, spec, program, (history, verdict), sizes.repeats, tokens)
     trace = make_trace(config, spec, program, history, verdict)
     message = f"not linearizable on {config.factory_name}:\n{trace.failure}"
-    path = keep(trace, config, save_dir)
+    path = keep(trace, config, save_dir, lambda: page_history(trace, lambda b: fill_history(trace, config.factory, b)))
     if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
     raise NotLinearizable(message)
@@ -430,3 +441,37 @@ def replay_parallel(trace: Trace, factory: Callable[..., Any], repeats: int = 20
     if failure is None:
         return ParallelReplay(saved, False, None)
     return ParallelReplay(saved, True, timeline(*failure))
+
+
+def fill_history(trace: Trace, factory: Callable[..., Any], builder: Builder) -> None:
+    """Put a ``parallel`` trace's history in ``builder``: each branch's calls, in ticks, and the
+    linearization the checker finds again (or its longest partial one, and what could not go next)."""
+    spec = ShardSpec(**trace.config["spec"])
+    program = Program.from_dict(trace.config["program"])
+    tokens = Tokens(factory, spec)
+    history = tokens.blur([Op.from_dict(d) for d in trace.steps])
+    verdict = check(history, program.capacity, tokens)
+    states = states_along(history, verdict, program.capacity, tokens)
+    end = max([op.invoked + 1 for op in history] + [int(op.returned) for op in history if not op.ambiguous])
+    ids: dict[int, int] = {}
+    for op in sorted(history, key=lambda o: (o.branch, o.invoked)):
+        before, after = states.get(op.index, (None, None))
+        ids[op.index] = builder.call(
+            builder.track("branch", str(op.branch)), op.invoked, None if op.ambiguous else op.returned,
+            describe_call(op.call), None if op.outcome is None else str(op.outcome[0]),
+            {"call": op.index, "branch": op.branch, "observed": describe_outcome(op.outcome),
+             "invoked": op.invoked, "returned": None if op.ambiguous else op.returned},
+            None if before is None else state_dict(before), None if after is None else state_dict(after))
+    builder.data["end"] = end
+    by_index = {op.index: op for op in history}
+    builder.data["linearization"] = {
+        "linearizable": verdict.linearizable, "explored": verdict.explored, "part": verdict.part,
+        "order": [ids[i] for i in verdict.order],
+        "stuck": [{"call": ids[i], "model": describe_outcome(wanted),
+                   "observed": describe_outcome(by_index[i].outcome)} for i, wanted in verdict.stuck]}
+    if not verdict.linearizable:
+        first = verdict.stuck[0][0] if verdict.stuck else None
+        where = f" (session {verdict.part!r})" if verdict.part is not None else ""
+        builder.fail(f"not linearizable{where}: the longest order that explains its calls has "
+                     f"{len(verdict.order)} calls, then no call can go next", None,
+                     None if first is None else ids[first], "linearizability")

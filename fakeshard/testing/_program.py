@@ -63,8 +63,10 @@ from fakeshard.testing._concurrent import (
     with_targeted,
 )
 from fakeshard.testing._reference_coordinator import GaveUp
+from fakeshard.testing._save import keep
 from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
-from fakeshard.testing._trace import Trace, git_commit, hypothesis_version, keep
+from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
+from fakeshard.testing._view import saved_history
 
 __all__ = ["PROGRAM_CHECKS", "ProgramCoordinator", "ProgramFailed", "ProgramSettings", "Replayed", "replay_program",
            "run_program", "run_program_scenario"]
@@ -970,7 +972,7 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
                        evidence_class=evidence if isinstance(evidence, str) else "fixture", note=note)
     message = (f"coordinator program {command!r} failed on {config.factory_name}: {run.failure}\n"
                f"{scenario.describe()}\n{note}")
-    path = keep(trace, config, save_dir)
+    path = keep(trace, config, save_dir, lambda: saved_history(trace))
     if path is not None:
         message += f"\nfakeshard: trace saved to {path}"
         try:

@@ -1,14 +1,13 @@
-"""Running machines, replaying traces, reducing and saving counterexamples.
+"""Running machines, reducing and saving counterexamples.
 
 ``run_machine`` runs a machine under Hypothesis; when it fails, the shrunk
 run's trace is reduced further (steps removed while it still fails) and
-saved as JSON.  ``replay`` runs a saved trace step by step with no search.
+saved as JSON, with its timeline beside it.  Replaying a saved trace step by
+step, with no search, is :mod:`fakeshard.testing._replay`'s.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -18,87 +17,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import stable_draws
-from fakeshard.testing._trace import REGRESSIONS, Trace, keep
+from fakeshard.testing._history import history_of
+from fakeshard.testing._replay import replay
+from fakeshard.testing._save import keep
+from fakeshard.testing._trace import REGRESSIONS, Trace
 
-
-@dataclass
-class ReplayResult:
-    trace: Trace
-    failed: bool
-    #: 1-based index of the first step that diverged (or raised), if any.
-    first_divergence: Optional[int]
-    message: Optional[str]
-    #: The type of what was raised there (``Divergence``, or an engine's stray exception).
-    error_type: Optional[str] = None
-
-
-#: The step runner that replays each machine's traces, as ``(module, class)``, imported on first
-#: use; every runner has ``from_trace(trace, factory, factory_name, tolerance)``.  A machine
-#: missing here replays with the engine machines' runner (sessions, faults, surface).
-RUNNERS: dict[str, tuple[str, str]] = {
-    "failover": ("fakeshard.testing._failover", "FailoverRunner"),
-    "coordinator": ("fakeshard.testing._coordinator_machine", "CoordinatorRunner"),
-}
-_ENGINE_RUNNER = ("fakeshard.testing._runner", "EngineRunner")
-
-
-def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float) -> Any:
-    module, name = RUNNERS.get(trace.machine, _ENGINE_RUNNER)
-    runner = getattr(importlib.import_module(module), name)
-    return runner.from_trace(trace, factory, factory_name, tolerance)
-
-
-def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
-           tolerance: float = 0.0, stop_at_failure: bool = True,
-           observe: Optional[Callable[[int, Any], None]] = None) -> ReplayResult:
-    """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged.
-
-    A ``parallel`` trace runs its program again, several times, on fresh
-    engines; it fails when a history is not linearizable.  ``observe(i, runner)``, if given, is
-    called before the first step (``i = 0``) and after each step ``i`` (a sequential trace only).
-    """
-    if trace.machine == "parallel":
-        from fakeshard.testing._parallel import replay_parallel
-
-        again = replay_parallel(trace, factory)
-        return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,
-                            "NotLinearizable" if again.failed else None)
-    if trace.machine == "concurrent":
-        from fakeshard.testing._concurrent import replay_concurrent
-
-        run = replay_concurrent(trace, factory, tolerance=tolerance).run
-        return ReplayResult(trace, run.failure is not None, 1 if run.failure else None, run.failure,
-                            "ConcurrentFailure" if run.failure else None)
-    if trace.machine == "program":
-        raise ValueError("a program machine's trace replays with its program: fakeshard replay TRACE "
-                         "--coordinator-cmd CMD")
-    runner = _runner_for(trace, factory, factory_name, tolerance)
-    first: Optional[int] = None
-    message: Optional[str] = None
-    error_type: Optional[str] = None
-    if observe is not None:
-        observe(0, runner)
-    for i, step in enumerate(trace.steps, 1):
-        try:
-            runner.run(step)
-        except Exception as exc:  # a divergence, or the engine broke in a way the model never allows
-            if first is None:
-                first, message, error_type = i, f"{type(exc).__name__}: {exc}", type(exc).__name__
-            if stop_at_failure:
-                break
-        finally:
-            if observe is not None:
-                observe(i, runner)
-    if first is None:
-        try:
-            runner.finish()
-        except Exception as exc:
-            first, message = len(trace.steps), f"{type(exc).__name__}: {exc}"
-            error_type = type(exc).__name__
-    out = runner.trace
-    out.note = trace.note
-    out.failure = message
-    return ReplayResult(out, first is not None, first, message, error_type)
+__all__ = ["reduce", "run_machine", "simpler_plans"]
 
 
 def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float = 0.0) -> Trace:
@@ -216,7 +140,8 @@ def run_machine(
                 reduce_failure = profiles.reduces_failures()
             reduced = reduce(trace, config.factory, config.factory_name, config.tolerance) if reduce_failure \
                 else trace
-            path = keep(reduced, config, save_dir)
+            path = keep(reduced, config, save_dir, lambda: history_of(reduced, config.factory, config.factory_name,
+                                                                      config.tolerance))
             if path is not None:
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"fakeshard: reduced trace of {len(reduced.steps)} steps saved to {path}")

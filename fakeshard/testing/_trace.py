@@ -83,33 +83,6 @@ def hypothesis_version() -> str:
     return hypothesis.__version__
 
 
-def keep(trace: Trace, config: Any, save_dir: Optional[Path]) -> Optional[Path]:
-    """Record a failing run's ``trace`` on a machine ``config`` (its ``failures``, and its
-    ``saved`` when the trace is saved under ``save_dir``); the path saved to, or ``None``."""
-    config.failures.append(trace)
-    if save_dir is None:
-        return None
-    path = trace.save(Path(save_dir), stem(trace))
-    config.saved.append(str(path))
-    timeline_beside(trace, path, config.factory, config.factory_name, config.tolerance)
-    return path
-
-
-def timeline_beside(trace: Trace, path: Path, factory: Any, factory_name: str, tolerance: float) -> Optional[Path]:
-    """Write ``trace``'s timeline (:mod:`fakeshard.testing._view`) beside its file ``path``, as
-    ``<stem>.html``; the page's path, or ``None`` when it could not be drawn.  A page that cannot
-    be drawn never hides the failure it would have shown: the reason goes to standard error."""
-    from fakeshard.testing._view import history_of, write_html
-
-    try:
-        return write_html(history_of(trace, factory, factory_name, tolerance), path.with_suffix(".html"))
-    except Exception as exc:  # the failure being saved matters more than its picture
-        import sys
-
-        sys.stderr.write(f"fakeshard: no timeline for {path}: {type(exc).__name__}: {exc}\n")
-        return None
-
-
 def stem(trace: Trace) -> str:
     """The file name (without ``.json``) a trace is saved under: its machine and a digest of
     its config and steps, so the same counterexample is saved once."""

@@ -1,21 +1,23 @@
 """Histories you can see: a saved trace as one self-contained HTML timeline.
 
-:func:`history_of` turns a trace into a *history*: tracks (one per session, one per node or
-per branch), calls (a bar from invocation to completion, with its outcome: ``ok``, ``error``
-for a typed error, ``ambiguous`` for a call that may or may not have applied), marks (faults
-fired, nemesis events, epoch bumps and re-routes), the first failing check, and, for a
-``parallel`` history, the linearization the checker found (or its longest partial one and
-the calls that could not go next, as Porcupine shows them).  :func:`render` writes it into
-``timeline.html`` (the page's CSS and JavaScript, shipped beside this module): one file, its
-data inline, that needs no network.  The history's fields are written down in
-``docs/how-to/read-a-timeline.md``.
+A trace's *history* (:func:`page_history`; :func:`fakeshard.testing._history.history_of` for
+any saved trace) holds tracks (one per session, one per node or per branch), calls (a bar
+from invocation to completion, with its outcome: ``ok``, ``error`` for a typed error,
+``ambiguous`` for a call that may or may not have applied), marks (faults fired, nemesis
+events, epoch bumps and re-routes), the first failing check, and, for a ``parallel`` history,
+the linearization the checker found (or its longest partial one and the calls that could not
+go next, as Porcupine shows them).  :func:`render` writes it into ``timeline.html`` (the
+page's CSS and JavaScript, shipped beside this module): one file, its data inline, that needs
+no network.  The history's fields are written down in ``docs/how-to/read-a-timeline.md``.
 
-Sequential traces (``sessions``, ``faults``, ``surface``, ``failover``, ``coordinator``) are
-replayed to read the reference model's state before and after each step; a step is one unit
-of time.  ``parallel`` histories are in ticks of the machine's shared counter, ``concurrent``
-ones in virtual seconds.  :func:`message_diagram` draws a coordinator trace's traffic (the
-``concurrent`` machine's, on its virtual clock; the ``coordinator`` machine's, one call at a
-time within each step) as a Lamport diagram (SVG, built with :mod:`xml.etree.ElementTree`).
+This module draws; it replays nothing, so a search loop that saves a trace draws its page
+without importing the harness.  Sequential traces (``sessions``, ``faults``, ``surface``,
+``failover``, ``coordinator``) are replayed by the harness to read the reference model's
+state before and after each step; a step is one unit of time.  ``parallel`` histories are in
+ticks of the machine's shared counter, ``concurrent`` ones in virtual seconds.
+:func:`message_diagram` draws a coordinator trace's traffic (the ``concurrent`` machine's, on
+its virtual clock; the ``coordinator`` machine's, one call at a time within each step) as a
+Lamport diagram (SVG, built with :mod:`xml.etree.ElementTree`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from xml.etree import ElementTree as ET
 from fakeshard.testing._lengths import compact
 from fakeshard.testing._trace import Trace
 
-__all__ = ["AMBIGUOUS", "history_of", "render", "write_html", "message_diagram"]
+__all__ = ["AMBIGUOUS", "Builder", "UNITS", "message_diagram", "page_history", "render", "saved_history",
+           "short", "write_html"]
 
 #: Outcomes after which a call may or may not have applied.
 AMBIGUOUS = frozenset({"response_lost", "hung", "crashed_mid_call", "pending", "abandoned", "unanswered",
@@ -42,7 +45,7 @@ def _kind(outcome: Optional[str]) -> str:
     return "ok" if outcome == "ok" else "error"
 
 
-class _Builder:
+class Builder:
     """Tracks, calls and marks as they are found; tracks keep the order they were first named."""
 
     def __init__(self, title: str, machine: str, unit: str) -> None:
@@ -78,171 +81,16 @@ def _moment(t: Any) -> Any:
     return round(t, 6) if isinstance(t, float) else t
 
 
-def _short(value: Any) -> Any:
+def short(value: Any) -> Any:
     """A step's field as a tooltip shows it: long token lists and seeded runs compacted."""
     seeded = isinstance(value, dict) and set(value) == {"count", "seed"}
     long_tokens = isinstance(value, list) and len(value) > 8 and all(isinstance(v, int) for v in value)
     return compact(value) if seeded or long_tokens else value
 
 
-# -- sequential machines --------------------------------------------------------------------------
-
-def _row(view: Optional[tuple[int, str, int]]) -> Optional[dict[str, Any]]:
-    """A session view as the contract reads it (``view_state``'s ``(epoch, status, cached)``), named."""
-    return None if view is None else dict(zip(("epoch", "status", "cached"), view))
-
-
-def _engine_state(runner: Any) -> dict[str, Any]:
-    """What a sequential runner's world holds: the reference model (engine machines), or the
-    coordinator's sessions (failover), or what each node holds (coordinator machine)."""
-    from fakeshard.testing._runner import view_state
-
-    model = getattr(runner, "model", None)
-    if model is not None:
-        return {"crashed": model.crashed, "used": model.used,
-                "sessions": {sid: _row(model.view(sid)) for sid in sorted(model.sessions)}}
-    nodes = getattr(runner, "nodes", None)
-    if nodes is not None:  # the coordinator machine: the coordinator under test is opaque
-        held: dict[str, Any] = {}
-        for node in nodes:
-            views = {sid: _row(view_state(node.engine.session(sid))) for sid in sorted(getattr(runner, "sessions", {}))}
-            views = {sid: row for sid, row in views.items() if row is not None}
-            if views:
-                held[f"node {node.index}"] = views
-        return {"nodes hold": held}
-    c = runner.coordinator
-    return {"reroutes": c.reroutes, "replays": c.replays,
-            "sessions": {sid: {"epoch": s.epoch, "open": s.open, "history": len(s.history)}
-                         for sid, s in sorted(c.sessions.items())}}
-
-
-def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, tolerance: float,
-                builder: _Builder) -> None:
-    from fakeshard.testing._regress import replay
-
-    states: list[dict[str, Any]] = []
-    node_calls: list[list[tuple[Any, ...]]] = []
-    pipeline_calls: list[list[tuple[Any, ...]]] = []
-    seen = 0
-
-    def observe(i: int, runner: Any) -> None:
-        nonlocal seen
-        states.append(_engine_state(runner))
-        log = getattr(runner, "log", None)
-        if i > 0 and log is not None and hasattr(log, "current"):
-            node_calls.append(list(log.current))
-        coordinator = getattr(runner, "coordinator", None)
-        if i > 0 and coordinator is not None and hasattr(coordinator, "calls") and log is None:
-            pipeline_calls.append(list(coordinator.calls[seen:]))
-            seen = len(coordinator.calls)
-
-    result = replay(trace, factory, factory_name, tolerance=tolerance, stop_at_failure=False, observe=observe)
-    steps, expected, actual = result.trace.steps, result.trace.expected, result.trace.actual
-    epochs: dict[str, Any] = {}
-    for i, step in enumerate(steps):
-        sid = step.get("session_id")
-        track = builder.track("session", str(sid)) if sid is not None else builder.track("engine", "")
-        got = actual[i] if i < len(actual) else {}
-        want = expected[i] if i < len(expected) else {}
-        outcome = got.get("outcome", "ok")
-        if outcome == "exception":
-            outcome = got.get("type", "exception")
-        args = {k: _short(v) for k, v in step.items() if k not in ("op", "session_id")}
-        label = step.get("op", "?")
-        index = builder.call(track, i, i + 1, label, outcome,
-                             {"step": i + 1, **args, "expected": want, "actual": got},
-                             states[i] if i < len(states) else None,
-                             states[i + 1] if i + 1 < len(states) else None)
-        for fault in want.get("fired", ()):
-            builder.mark(i, "fault", f"{fault} fired on step {i + 1}", track)
-        if result.first_divergence == i + 1:
-            builder.fail(result.message or "diverged", i + 1, index, result.error_type or "divergence")
-        if "epoch" in got and sid is not None:
-            if sid in epochs and got["epoch"] != epochs[sid]:
-                builder.mark(i + 0.5, "epoch", f"session {sid}: epoch {epochs[sid]} -> {got['epoch']}", track)
-            epochs[sid] = got["epoch"]
-    messages = []
-    for i, calls in enumerate(node_calls):  # the coordinator machine: each step's engine calls
-        for (node, op, sid, epoch, outcome), (start, end) in zip(calls, _slots(i, len(calls))):
-            builder.call(builder.track("node", str(node)), start, end, f"{op} {sid}",
-                         outcome, {"step": i + 1, "node": node, "op": op, "session": sid, "epoch": epoch})
-            # One call at a time: the request leaves as the call starts, its answer is back as it ends.
-            middle = round((start + end) / 2, 6)
-            messages.append({"from": "coordinator", "to": f"node {node}", "sent": round(start, 6),
-                             "received": middle, "label": f"{op} {sid}@{epoch}"})
-            messages.append({"from": f"node {node}", "to": "coordinator", "sent": middle,
-                             "received": round(end, 6), "label": outcome})
-    if messages:
-        builder.data["messages"] = messages
-    for i, calls in enumerate(pipeline_calls):  # failover: the reference coordinator's attempts
-        for (op, sid, epoch, pos, out), (start, end) in zip(calls, _slots(i, len(calls))):
-            code = getattr(out, "code", "ok")
-            builder.call(builder.track("pipeline", "route"), start, end,
-                         f"{op} {sid}", code, {"step": i + 1, "op": op, "session": sid, "epoch": epoch,
-                                                "position": pos, "answer": str(out) if code != "ok" else
-                                                getattr(out, "token", None)})
-        if i + 1 < len(states):  # the step's re-routes: the reference coordinator's count, before and after
-            more = states[i + 1]["reroutes"] - states[i]["reroutes"]
-            if more > 0:
-                builder.mark(i + 0.5, "reroute", f"re-routed on step {i + 1} ({more})")
-    if result.failed and builder.data["failure"] is None:
-        builder.fail(result.message or "failed", len(steps), None, result.error_type or "finish")
-
-
-def _slots(step: int, n: int) -> list[tuple[float, float]]:
-    """Where the ``n`` calls a step made sit within it, one after the other: ``[step, step + 1)``
-    cut in ``n`` equal parts."""
-    return [(step + j / n, step + (j + 1) / n) for j in range(n)]
-
-
-# -- the parallel machine -------------------------------------------------------------------------
-
-def _parallel(trace: Trace, factory: Callable[..., Any], builder: _Builder) -> None:
-    from fakeshard import ShardSpec
-    from fakeshard.testing._linearizability import (
-        Op,
-        check,
-        describe_call,
-        describe_outcome,
-        state_dict,
-        states_along,
-    )
-    from fakeshard.testing._parallel import Program, Tokens
-
-    spec = ShardSpec(**trace.config["spec"])
-    program = Program.from_dict(trace.config["program"])
-    tokens = Tokens(factory, spec)
-    history = tokens.blur([Op.from_dict(d) for d in trace.steps])
-    verdict = check(history, program.capacity, tokens)
-    states = states_along(history, verdict, program.capacity, tokens)
-    end = max([op.invoked + 1 for op in history] + [int(op.returned) for op in history if not op.ambiguous])
-    ids: dict[int, int] = {}
-    for op in sorted(history, key=lambda o: (o.branch, o.invoked)):
-        before, after = states.get(op.index, (None, None))
-        ids[op.index] = builder.call(
-            builder.track("branch", str(op.branch)), op.invoked, None if op.ambiguous else op.returned,
-            describe_call(op.call), None if op.outcome is None else str(op.outcome[0]),
-            {"call": op.index, "branch": op.branch, "observed": describe_outcome(op.outcome),
-             "invoked": op.invoked, "returned": None if op.ambiguous else op.returned},
-            None if before is None else state_dict(before), None if after is None else state_dict(after))
-    builder.data["end"] = end
-    by_index = {op.index: op for op in history}
-    builder.data["linearization"] = {
-        "linearizable": verdict.linearizable, "explored": verdict.explored, "part": verdict.part,
-        "order": [ids[i] for i in verdict.order],
-        "stuck": [{"call": ids[i], "model": describe_outcome(wanted),
-                   "observed": describe_outcome(by_index[i].outcome)} for i, wanted in verdict.stuck]}
-    if not verdict.linearizable:
-        first = verdict.stuck[0][0] if verdict.stuck else None
-        where = f" (session {verdict.part!r})" if verdict.part is not None else ""
-        builder.fail(f"not linearizable{where}: the longest order that explains its calls has "
-                     f"{len(verdict.order)} calls, then no call can go next", None,
-                     None if first is None else ids[first], "linearizability")
-
-
 # -- the concurrent machine -----------------------------------------------------------------------
 
-def _concurrent(trace: Trace, builder: _Builder) -> None:
+def _concurrent(trace: Trace, builder: Builder) -> None:
     invoked: dict[Any, dict[str, Any]] = {}
     completed: dict[Any, int] = {}
     for e in trace.steps:
@@ -298,26 +146,31 @@ def _messages(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # -- the whole --------------------------------------------------------------------------------------
 
-def history_of(trace: Trace, factory: Callable[..., Any], factory_name: str,
-               tolerance: float = 0.0) -> dict[str, Any]:
-    """The history a page draws for ``trace``, on ``factory``'s engines (sequential traces are
-    replayed to read the model's state; parallel ones re-checked; concurrent ones read as saved)."""
-    unit = {"parallel": "tick", "concurrent": "virtual second", "program": "second"}.get(trace.machine, "step")
-    builder = _Builder(f"{trace.machine} trace, found on {trace.engine_factory}", trace.machine, unit)
+#: The unit a kind of history's time is in (a step, for the sequential machines).
+UNITS = {"parallel": "tick", "concurrent": "virtual second", "program": "second"}
+
+
+def page_history(trace: Trace, fill: Callable[["Builder"], None]) -> dict[str, Any]:
+    """The history a page draws for ``trace``, its tracks, calls and marks put in by
+    ``fill(builder)`` (each kind of trace has its own: :func:`saved_history` reads a coordinator
+    run's as saved; the harness replays the others, :mod:`fakeshard.testing._history`)."""
+    builder = Builder(f"{trace.machine} trace, found on {trace.engine_factory}", trace.machine,
+                       UNITS.get(trace.machine, "step"))
     builder.data["note"] = trace.note
     builder.data["saved_failure"] = trace.failure
-    if trace.machine == "parallel":
-        _parallel(trace, factory, builder)
-    elif trace.machine in ("concurrent", "program"):  # a program's run: the same history, in real time
-        _concurrent(trace, builder)
-    else:
-        _sequential(trace, factory, factory_name, tolerance, builder)
+    fill(builder)
     calls = builder.data["calls"]
     ends = [c["end"] if c["end"] is not None else c["start"] for c in calls] + [m["t"] for m in builder.data["marks"]]
     last = max([builder.data.get("end", 0)] + ends)
     builder.data["end"] = last if last > 0 else 1  # a history all at one moment still has a width
     builder.data["state_note"] = STATE_NOTES.get(trace.machine, "")
     return builder.data
+
+
+def saved_history(trace: Trace) -> dict[str, Any]:
+    """The history of a ``concurrent`` or ``program`` trace, read as saved (its run, in virtual
+    or real time, is kept whole: nothing is replayed)."""
+    return page_history(trace, lambda builder: _concurrent(trace, builder))
 
 
 #: Why a kind of history shows no model state around some calls.
