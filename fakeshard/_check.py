@@ -1,11 +1,11 @@
-"""``fakeshard check``: a state-machine campaign under coverage, with progress and a summary.
+"""``fakeshard check``: a state-machine campaign, with progress and a summary.
 
 The campaign runs ``pytest`` on the kit's campaign module,
 ``fakeshard/testing/suite.py`` (the machines, the engine checks and, for a full ``ci`` campaign,
-the probe check), in a subprocess under coverage.py with branch coverage of
-the installed ``fakeshard`` package (the kit itself left out); ``--workers N`` spreads it with pytest-xdist, and
-coverage
-follows the workers (``patch = subprocess``) and is combined afterwards.
+the probe check), in a subprocess; ``--workers N`` spreads it with pytest-xdist.  With
+``--coverage`` (or ``--min-branch-coverage``) it runs under coverage.py, with branch coverage
+of the installed ``fakeshard`` package (the kit itself left out), which follows the workers
+(``patch = subprocess``) and is combined afterwards.
 Each machine run writes its progress and summary under the output folder;
 this module shows a progress bar while it runs and a table when it ends.
 It works from an installed package in any folder: the working folder is the
@@ -102,6 +102,11 @@ class CheckOptions:
     #: Where failing machines save reduced traces (default: the kit's, see ``trace.REGRESSIONS``).
     traces: Optional[Path] = None
     min_branch_coverage: Optional[float] = None
+    #: Whether to measure the campaign's branch coverage of fakeshard's own code (``--coverage``;
+    #: ``min_branch_coverage`` implies it): a figure for the kit's developers and its evidence,
+    #: not a user's, and one that about doubles the campaign's time (coverage.py's tracer on
+    #: every line of the engines and the wire).
+    coverage: bool = False
     certify: bool = False
     database: Optional[str] = None
     #: The coordinator machines' coordinator factory (``None``: the kit's references).
@@ -121,6 +126,11 @@ class CheckOptions:
     junit_xml: Optional[Path] = None
     #: A file naming the checks expected to fail (``--known-failing``; ``None``: none).
     known_failing: Optional[Path] = None
+
+    @property
+    def measures_coverage(self) -> bool:
+        """Whether the campaign runs under coverage: asked for, or needed for a coverage floor."""
+        return self.coverage or self.min_branch_coverage is not None
 
 
 #: The factory a campaign on an engine host runs (``--engine-url``, ``--engine-cmd``).
@@ -315,8 +325,10 @@ def full_ci(options: CheckOptions) -> bool:
         and options.examples is None and options.steps is None
 
 
-def _pytest_command(options: CheckOptions, rc: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", str(SUITE)]
+def _pytest_command(options: CheckOptions, rc: Optional[Path]) -> list[str]:
+    """The campaign's pytest command, under coverage when ``rc`` (its configuration) is given."""
+    cmd = [sys.executable] + (["-m", "coverage", "run", f"--rcfile={rc}"] if rc is not None else []) \
+        + ["-m", "pytest", str(SUITE)]
     # Only the machines: the probe requirement is judged here, from every machine's summary
     # (whichever xdist worker ran it), not by the suite's probe test, which would run again
     # the machines that ran on the other workers.
@@ -442,9 +454,12 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
     root = work_dir()
     out = options.out if options.out.is_absolute() else root / options.out
     out.mkdir(parents=True, exist_ok=True)
-    for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")):
+    # What an earlier run left: its coverage (data and reports) and its machines' summaries.
+    for stale in list(out.glob(".coverage*")) + list((out / "campaign").glob("*.json")) \
+            + [path for path in (out / "coverage.json", out / "coverage.xml") if path.exists()]:
         stale.unlink()
-    rc = _coverage_rc(out, evidence_class, options.engine)
+    shutil.rmtree(out / "htmlcov", ignore_errors=True)
+    rc = _coverage_rc(out, evidence_class, options.engine) if options.measures_coverage else None
     cmd = _pytest_command(options, rc)
     # A fresh cache of real-model files: each campaign writes the tiny models it uses, so
     # its coverage does not depend on what an earlier run left behind.
@@ -503,7 +518,7 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
     result.missing_probes = probes.missing(result.probes, result.longest, fault_kinds_of(factory))
     result.impossible_probes = probes.impossible(result.probes)
     result.probes_required = full_ci(options)
-    result.coverage = _coverage_reports(out, rc)
+    result.coverage = _coverage_reports(out, rc) if rc is not None else {}
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -167,8 +168,22 @@ def test_check_runs_a_small_campaign(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "sessions" in result.stdout and "passed" in result.stdout
     assert "fixture evidence, not real-model certification" in result.stdout
-    assert (tmp_path / "out" / "coverage.json").is_file()
     assert "examples" in result.stderr  # the progress bar
+    assert not (tmp_path / "out" / "coverage.json").exists()  # the kit's own coverage, only when asked for
+    assert "coverage of fakeshard/" not in result.stdout
+
+
+def test_check_measures_the_kits_coverage_when_asked_and_leaves_no_stale_report(tmp_path):
+    args = ("check", "--profile", "dev", "--examples", "3", "--steps", "5", "--machines", "sessions",
+            "--out", str(tmp_path / "out"))
+    measured = _run(*args, "--coverage")
+    assert measured.returncode == 0, measured.stdout + measured.stderr
+    report = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert report["totals"]["covered_branches"] > 0
+    assert "coverage of fakeshard/ from the campaign:" in measured.stdout
+    again = _run(*args)  # the same folder, no coverage asked for: the earlier report is gone
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not (tmp_path / "out" / "coverage.json").exists() and not (tmp_path / "out" / "htmlcov").exists()
 
 
 def test_a_ci_campaign_made_smaller_is_not_held_to_what_a_whole_one_reaches(tmp_path):
@@ -219,9 +234,9 @@ def test_a_whole_ci_campaign_fails_check_on_a_missing_or_impossible_probe(monkey
 def test_the_progress_bar_is_full_when_and_only_when_every_machine_has_finished(tmp_path, machines, runs):
     # A ci campaign asks 500 examples of an engine machine, 250 programs of the parallel machine,
     # 100 drawn scenarios of the concurrent machine and 20 of the program machine, each after the
-    # 3 targeted ones (docs/contract.md).  Hypothesis runs a few examples more (invalid ones it
-    # discards): the bar stays short of full until a machine has written its summary.
-    import json
+    # 3 targeted ones (docs/contract.md).  A machine's count reaches its target before its last
+    # run has ended (and its checks at the end of the campaign): the bar stays short of full until
+    # a machine has written its summary.
     import time
 
     from fakeshard._check import CheckOptions, _bar, _progress
@@ -295,8 +310,6 @@ def test_the_json_summary_says_what_each_machine_reached_and_missed(tmp_path):
 
 
 def test_check_writes_its_summary_as_json_and_says_what_it_tested(tmp_path):
-    import json
-
     result = _run("check", "--profile", "dev", "--examples", "3", "--steps", "5", "--machines", "sessions",
                   "--out", str(tmp_path / "out"), "--json", str(tmp_path / "summary.json"))
     assert result.returncode == 0, result.stdout + result.stderr

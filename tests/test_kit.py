@@ -139,7 +139,7 @@ def test_the_wheel_installs_the_kit_and_the_plugin(venv, project):
 
 def test_check_and_replay_a_coordinator_from_the_wheel(venv, project):
     ok = _run([str(venv), "-m", "fakeshard", "check", "--coordinator", "mypkg.fakeshard_adapter:make",
-               "--profile", "dev", "--examples", "10", "--steps", "12"], cwd=project)
+               "--profile", "dev", "--examples", "10", "--steps", "12", "--coverage"], cwd=project)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert re.search(r"^coordinator\s+\d+\s+\d+.*passed$", ok.stdout, flags=re.M), ok.stdout
     assert (project / ".fakeshard" / "check" / "coverage.json").is_file()
