@@ -226,3 +226,22 @@ def test_an_engine_failing_the_kits_own_fault_free_calls_is_reported_in_words():
     with pytest.raises(Divergence, match=r"positions 64\.\.69 .* raised CacheMiss: .* the contract says it succeeds"):
         runner.run({"op": "prefill", "session_id": "a", "epoch": 0, "start": 40, "tokens": [1] * 30})
     assert "upstream engine" in runner.trace.failure
+
+
+def test_reduction_cuts_a_long_prompt_to_where_the_failure_still_shows():
+    from fakeshard.testing._regress import SHORT_PROMPT, _shorter_prompts
+
+    steps = [{"op": "start", "session_id": "a", "prompt": {"count": 8448, "seed": 7}},
+             {"op": "start", "session_id": "b", "prompt": list(range(40))}, {"op": "next", "session_id": "a"}]
+
+    def fails_past(n):  # a failure that needs session a's prompt longer than n tokens
+        return lambda candidate: token_count(candidate[0]["prompt"]) > n
+
+    cut = _shorter_prompts(steps, fails_past(0))  # the prompt plays no part: both cut short
+    assert [token_count(s["prompt"]) for s in cut[:2]] == [SHORT_PROMPT, SHORT_PROMPT]
+    assert cut[0]["prompt"]["seed"] == 7 and cut[1]["prompt"] == list(range(SHORT_PROMPT)) and cut[2] == steps[2]
+    kept = _shorter_prompts(steps, fails_past(5000))  # a length bug: halving would lose it
+    assert token_count(kept[0]["prompt"]) == 8448
+    halved = _shorter_prompts(steps, fails_past(3000))  # half still fails: half it is
+    assert token_count(halved[0]["prompt"]) == 4224
+    assert steps[0]["prompt"]["count"] == 8448  # the steps given are left as they were

@@ -18,6 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import stable_draws
 from fakeshard.testing._history import history_of
+from fakeshard.testing._lengths import token_count
 from fakeshard.testing._replay import replay
 from fakeshard.testing._save import keep
 from fakeshard.testing._trace import REGRESSIONS, Trace
@@ -29,11 +30,13 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
     """Remove steps, and simplify the world, while the trace still fails the same way.
 
     "The same way" is the same type of failure (a model divergence stays a
-    divergence), so reduction never trades the bug for a malformed story.  Steps go
-    first (ddmin-style, to a fixed point); then, for a trace whose world holds fault
-    plans (``config["fault_plans"]``, or a single engine's ``config["fault_plan"]``),
-    one rule at a time is dropped, fired earlier or made certain
-    (:func:`simpler_plans`), and steps are removed again, until neither helps.
+    divergence), so reduction never trades the bug for a malformed story.  The steps
+    after the first failing one go first (they never ran); then each long prompt is cut
+    short where the failure stays (:func:`_shorter_prompts`: every replay after that is
+    cheap); then steps go (ddmin-style, to a fixed point); then, for a trace whose world
+    holds fault plans (``config["fault_plans"]``, or a single engine's
+    ``config["fault_plan"]``), one rule at a time is dropped, fired earlier or made
+    certain (:func:`simpler_plans`), and steps are removed again, until neither helps.
     """
     original = replay(trace, factory, factory_name, tolerance)
     if not original.failed:
@@ -45,7 +48,11 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
         return result.failed and result.error_type == original.error_type
 
     steps, config = list(trace.steps), trace.config
+    if original.first_divergence is not None and original.first_divergence < len(steps) \
+            and still_fails(steps[:original.first_divergence], config):
+        steps = steps[:original.first_divergence]
     while True:
+        steps = _shorter_prompts(steps, lambda candidate: still_fails(candidate, config))
         steps = _fewer_steps(steps, lambda candidate: still_fails(candidate, config))
         simpler = next((c for c in simpler_plans(config) if still_fails(steps, c)), None)
         if simpler is None:
@@ -53,6 +60,30 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
         config = simpler
     final = replay(Trace(**{**trace.__dict__, "config": config, "steps": steps}), factory, factory_name, tolerance)
     return final.trace
+
+
+#: A prompt of at most this many tokens is left as it is by :func:`_shorter_prompts`.
+SHORT_PROMPT = 8
+
+
+def _shorter_prompts(steps: list[dict[str, Any]],
+                     still_fails: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Each long ``prompt`` (a coordinator machine's ``start``: a seeded run, or a list of
+    tokens) cut to :data:`SHORT_PROMPT` tokens, else to half, where the trace still fails;
+    the longest first.  A long prompt is what makes a replay slow (every failover replays
+    it from position 0), so reduction cuts it before it removes steps one replay at a time."""
+    order = sorted((i for i, step in enumerate(steps) if "prompt" in step
+                    and token_count(step["prompt"]) > SHORT_PROMPT),
+                   key=lambda i: -token_count(steps[i]["prompt"]))
+    for i in order:
+        for size in (SHORT_PROMPT, token_count(steps[i]["prompt"]) // 2):
+            prompt = steps[i]["prompt"]
+            cut = {**prompt, "count": size} if isinstance(prompt, dict) else prompt[:size]
+            candidate = steps[:i] + [{**steps[i], "prompt": cut}] + steps[i + 1:]
+            if still_fails(candidate):
+                steps = candidate
+                break
+    return steps
 
 
 def _fewer_steps(steps: list[dict[str, Any]],
