@@ -558,3 +558,25 @@ def test_the_reference_async_coordinator_is_the_kit_s_by_its_public_name():
     run = run_scenario(FakeShardEngine, scenario, keep)
     assert run.failure is None and isinstance(made[0], kit.AsyncCoordinator)
     assert [e["outcome"] for e in run.events if e["event"] == "complete"] == ["ok"] * 4
+
+
+def test_a_campaign_total_adds_up_every_count_of_its_runs():
+    # The concurrent and the program campaigns both sum their runs with Run.add: a count one of
+    # them left out (the program campaign once dropped the events and faults without effect)
+    # would be missing from its notes.
+    from collections import Counter
+
+    from fakeshard.testing._concurrent import Run
+
+    one = Run(reached=Counter({"sim:reroute": 3}), next_requests=4, answered=3, without_effect=["crash of n1 at t=2"],
+              quiet_faults=Counter({"Delay": 1}))
+    two = Run(reached=Counter({"sim:reroute": 1, "sim:call:hung": 1}), next_requests=2, answered=2,
+              quiet_faults=Counter({"Delay": 2, "Malformed": 1}))
+    total = Run()
+    total.add(one)
+    total.add(two)
+    assert total.reached == Counter({"sim:reroute": 2, "sim:call:hung": 1})  # situations count runs
+    assert (total.next_requests, total.answered) == (6, 5)
+    assert total.without_effect == ["crash of n1 at t=2"]
+    assert total.quiet_faults == Counter({"Delay": 3, "Malformed": 1})
+    assert any("nemesis events with no effect" in n for n in total.notes())

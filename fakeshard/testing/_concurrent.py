@@ -337,6 +337,15 @@ class Run:
     def availability(self) -> float:
         return self.answered / self.next_requests if self.next_requests else 1.0
 
+    def add(self, run: "Run") -> None:
+        """Add a run's counts into this campaign's total: its situations, requests and answers,
+        and its nemesis events and plan faults without effect (every campaign sums the same)."""
+        self.reached.update(set(run.reached))
+        self.next_requests += run.next_requests
+        self.answered += run.answered
+        self.without_effect += run.without_effect
+        self.quiet_faults.update(run.quiet_faults)
+
     def notes(self) -> list[str]:
         """What a campaign reports besides its situations: availability, and the nemesis events
         whose effect no node's log shows."""
@@ -1041,11 +1050,7 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
         config.steps += sum(1 for e in run.events if e["event"] == "complete")
         if config.on_step is not None:
             config.on_step(config)
-        total.reached.update(set(run.reached))
-        total.next_requests += run.next_requests
-        total.answered += run.answered
-        total.without_effect += run.without_effect
-        total.quiet_faults.update(run.quiet_faults)
+        total.add(run)
         probes_of(run)
         if run.failure is not None:
             found.append((sc, run))

@@ -922,9 +922,7 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
         config.steps += sum(1 for e in run.events if e["event"] == "complete")
         if config.on_step is not None:
             config.on_step(config)
-        total.reached.update(set(run.reached))
-        total.next_requests += run.next_requests
-        total.answered += run.answered
+        total.add(run)
         probes_of(run)
         if run.failure is not None:
             found.append((sc, run))
