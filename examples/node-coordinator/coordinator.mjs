@@ -83,12 +83,18 @@ export class Coordinator {
     });
   }
 
+  // How long to wait before attempt `attempt` (1, 2, ...) of a next_token: doubling from 50 ms,
+  // at most a second.
+  backoffMs(attempt) {
+    return Math.min(1000, 50 * 2 ** (attempt - 1));
+  }
+
   async nextToken({ session_id: id }) {
     return this.locked(id, async () => {
       const s = this.sessions.get(id);
       let stretch = 1; // doubles after each attempt that timed out
       for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-        if (attempt) await sleep(Math.min(1000, 50 * 2 ** (attempt - 1)));
+        if (attempt) await sleep(this.backoffMs(attempt));
         const route = this.route(s);
         if (route === null) continue; // a stage with no node: wait and look again
         try {
