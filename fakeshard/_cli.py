@@ -10,11 +10,6 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from fakeshard._check import CheckOptions
-    from fakeshard.testing._concurrent import Replayed
-    from fakeshard.testing._parallel import ParallelReplay
-    from fakeshard.testing._program import Replayed as ProgramReplayed
-    from fakeshard.testing._replay import ReplayResult
-    from fakeshard.testing._trace import Trace
 
 __all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
 
@@ -259,7 +254,8 @@ def _replay(args: argparse.Namespace) -> int:
     from fakeshard._factory import FactoryError, load_factory, resolve_factory_name
 
     try:
-        from fakeshard.testing._replay import replay
+        from fakeshard.testing._registry import Replaying, history, run_again
+        from fakeshard.testing._view import write_html
     except ImportError as exc:
         raise _Fail(f"replay needs the extra 'test' (pip install 'fakeshard[test]'): {exc}") from None
     from fakeshard.testing._trace import Trace
@@ -292,145 +288,21 @@ def _replay(args: argparse.Namespace) -> int:
             raise _Fail(f"no trace file {path}") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _Fail(f"{path} is not a readable fakeshard trace: {exc}") from None
-    if args.coordinator:
-        for _, trace in traces:
-            if trace.machine == "coordinator":
-                trace.config["coordinator"] = args.coordinator
+    replaying = Replaying(factory, name, getattr(factory, "tolerance", 0.0), coordinator=args.coordinator,
+                          coordinator_cmd=args.coordinator_cmd)
     if args.html is not None:
-        from fakeshard.testing._history import history_of
-        from fakeshard.testing._view import write_html
-
         path, trace = traces[0]
         try:
-            written = write_html(history_of(trace, factory, name, getattr(factory, "tolerance", 0.0)), args.html)
+            written = write_html(history(trace, replaying), args.html)
         except OSError as exc:
             raise _Fail(f"cannot write {args.html}: {exc}") from None
         sys.stderr.write(f"timeline of {path} written to {written}\n")
     status = 0
     for path, trace in traces:
-        if trace.machine == "program":
-            from fakeshard.testing._program import replay_program
-
-            rerun = replay_program(trace, factory, args.coordinator_cmd, tolerance=getattr(factory, "tolerance", 0.0))
-            sys.stdout.write(_program_report(path, trace, name, rerun, args.coordinator_cmd) + "\n")
-            status |= int(rerun.run.failure is not None)
-            continue
-        if trace.machine == "concurrent":
-            from fakeshard.testing._concurrent import replay_concurrent
-
-            replayed = replay_concurrent(trace, factory, args.coordinator,
-                                         tolerance=getattr(factory, "tolerance", 0.0))
-            sys.stdout.write(_concurrent_report(path, trace, name, replayed) + "\n")
-            status |= int(replayed.run.failure is not None)
-            continue
-        if trace.machine == "parallel":
-            from fakeshard.testing._parallel import replay_parallel
-
-            again = replay_parallel(trace, factory)
-            sys.stdout.write(_parallel_report(path, trace, name, again) + "\n")
-            status |= int(again.failed)
-            continue
-        result = replay(trace, factory, name, tolerance=getattr(factory, "tolerance", 0.0),
-                        stop_at_failure=False)
-        sys.stdout.write(_replay_table(path, trace, result) + "\n")
-        status |= int(result.failed)
+        again = run_again(path, trace, replaying)
+        sys.stdout.write(again.report + "\n")
+        status |= int(again.failed)
     return status
-
-
-def _concurrent_report(path: Path, trace: "Trace", name: str, again: "Replayed") -> str:
-    from fakeshard.testing._concurrent import Scenario, timeline
-
-    scenario = Scenario.from_dict(trace.config["scenario"])
-    lines = [f"{path} (concurrent machine, found on {trace.engine_factory} with "
-             f"{trace.config.get('coordinator')}, {trace.note or 'no note'})",
-             f"scenario: {scenario.describe()}"]
-    lines += [f"  {e.describe()}" for e in scenario.nemesis]
-    lines += ["the run again (virtual seconds):", timeline(again.run.events)]
-    lines.append("the same history, event for event, as the saved one" if again.same_history else
-                 "NOT the saved history: the coordinator, the engine or the kit changed since")
-    if again.run.failure is not None:
-        lines.append(f"FAILS on {name} ({again.run.check}): {again.run.failure}")
-    else:
-        lines.append(f"passes on {name}; availability {again.run.availability:.3f}")
-    return "\n".join(lines)
-
-
-def _program_report(path: Path, trace: "Trace", name: str, again: "ProgramReplayed",
-                    command: "str | None") -> str:
-    from fakeshard.testing._concurrent import Scenario, timeline
-
-    scenario = Scenario.from_dict(trace.config["scenario"])
-    lines = [f"{path} (program machine, found on {trace.engine_factory} with "
-             f"{trace.config.get('coordinator_cmd')!r}, {trace.note or 'no note'})",
-             f"scenario: {scenario.describe()}"]
-    lines += [f"  {e.describe()}" for e in scenario.nemesis]
-    lines += [f"the run again with {command or trace.config.get('coordinator_cmd')!r} (real seconds; the same "
-              "scenario, not the same interleaving):", timeline(again.run.events)]
-    if again.run.failure is not None:
-        same = "the same check as the saved run" if again.same_check else \
-            f"not the saved run's check ({trace.config.get('check')})"
-        lines.append(f"FAILS on {name} ({again.run.check}, {same}): {again.run.failure}")
-    else:
-        lines.append(f"passes on {name} this time (the saved run failed {trace.config.get('check')}); "
-                     f"availability {again.run.availability:.3f}")
-    lines.append(f"the program's log of this run: {again.log}")
-    return "\n".join(lines)
-
-
-def _parallel_report(path: Path, trace: "Trace", name: str, again: "ParallelReplay") -> str:
-    lines = [f"{path} (parallel machine, found on {trace.engine_factory}, "
-             f"{trace.note or 'no note'})",
-             "the saved history, re-checked (ticks of one counter; [ ] from invocation to response):",
-             again.saved]
-    if again.failed:
-        lines += [f"FAILS on {name}: a run of the program is not linearizable:",
-                  again.message or ""]
-    else:
-        lines.append(f"passes on {name}: every run of the program is linearizable")
-    return "\n".join(lines)
-
-
-def _replay_table(path: Path, trace: "Trace", result: "ReplayResult") -> str:
-    import json
-
-    from fakeshard.testing._lengths import compact
-
-    steps = trace.steps
-    new = result.trace
-    first = result.first_divergence
-    rows = []
-    for i, step in enumerate(steps, 1):
-        args = {k: v for k, v in step.items() if k not in ("op", "tokens", "prompt")}
-        expected = new.expected[i - 1] if i - 1 < len(new.expected) else {}
-        actual = new.actual[i - 1] if i - 1 < len(new.actual) else {}
-        mark = ">>" if i == first else ""
-        shown = json.dumps(args, separators=(",", ":"))
-        for key in ("tokens", "prompt"):  # a long prompt as one short phrase, not thousands of tokens
-            if key in step:
-                shown += f" {key}={compact(step[key])}"
-        rows.append((mark, str(i), step["op"], shown, _short(expected), _short(actual)))
-    from fakeshard._text import text_table
-
-    lines = [f"{path} ({trace.machine} machine, {trace.note or 'no note'})",
-             text_table(("", "step", "op", "arguments", "expected", "actual"), rows)]
-    if result.failed:
-        lines.append(f"FAILS at step {first}: {result.message}")
-    else:
-        lines.append("passes: every step matches the reference model")
-    return "\n".join(lines)
-
-
-def _short(outcome: dict) -> str:
-    if not outcome:
-        return "-"
-    parts = [str(outcome.get("outcome", "?"))]
-    for key in ("row", "token", "pos", "expected", "got", "tokens"):
-        if key in outcome:
-            parts.append(f"{key}={outcome[key]}")
-    output = outcome.get("output")
-    if isinstance(output, dict) and "token" in output:
-        parts.append(f"token={output['token']}")
-    return " ".join(parts)
 
 
 class _Fail(Exception):

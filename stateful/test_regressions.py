@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fakeshard._factory import import_callable
-from fakeshard.testing._replay import replay
+from fakeshard.testing._registry import replay
 from fakeshard.testing._trace import Trace
 
 #: The checkout's saved counterexamples (``fakeshard.testing._trace.REGRESSIONS`` in a checkout).

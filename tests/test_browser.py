@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fakeshard import FakeShardEngine
-from fakeshard.testing._history import history_of
+from fakeshard.testing._registry import history_of
 from fakeshard.testing._trace import Trace
 from fakeshard.testing._view import write_html
 from tests.test_view import IGNORES_START_POS, REGRESSIONS, concurrent_trace  # noqa: F401 (a fixture)

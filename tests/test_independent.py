@@ -20,8 +20,8 @@ import pytest
 from hypothesis import settings
 
 from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._registry import replay
 from fakeshard.testing._regress import run_machine
-from fakeshard.testing._replay import replay
 from fakeshard.testing._trace import Trace
 from planted import CI_NO_SHRINK, MACHINES
 from tests.independent import broken

@@ -27,8 +27,8 @@ from fakeshard._layer import LAYER_FAULT_KINDS, FaultLayer, fault_kinds_of, laye
 from fakeshard.testing import _probes as probes
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._machines import FaultsMachine, MachineConfig, SessionsMachine
+from fakeshard.testing._registry import replay
 from fakeshard.testing._regress import run_machine
-from fakeshard.testing._replay import replay
 from planted import CI_NO_SHRINK
 
 SPEC = ShardSpec("layer", 4, 0, 4, hidden_size=4, vocab_size=64)

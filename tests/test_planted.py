@@ -17,8 +17,8 @@ import pytest
 
 from fakeshard.testing._failover import FailoverMachine
 from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._registry import replay
 from fakeshard.testing._regress import run_machine
-from fakeshard.testing._replay import replay
 from planted import CI_NO_SHRINK, MACHINES
 from planted.engines import BUGS
 

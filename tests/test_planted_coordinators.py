@@ -16,8 +16,8 @@ import pytest
 from fakeshard import FakeShardEngine, FaultPlan, FaultRule, MemoryPressure
 from fakeshard.testing._coordinator_machine import CoordinatorMachine, CoordinatorRunner, call_budget, load_coordinator
 from fakeshard.testing._machines import MachineConfig
+from fakeshard.testing._registry import replay
 from fakeshard.testing._regress import run_machine
-from fakeshard.testing._replay import replay
 from fakeshard.testing._runner import Divergence
 from fakeshard.testing._trace import Trace
 from planted import CI_NO_SHRINK

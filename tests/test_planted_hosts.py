@@ -17,8 +17,8 @@ if shutil.which("node") is None:
 from fakeshard.remote import Host, attached  # noqa: E402
 from fakeshard.testing import checks  # noqa: E402
 from fakeshard.testing._machines import MachineConfig  # noqa: E402
+from fakeshard.testing._registry import replay  # noqa: E402
 from fakeshard.testing._regress import run_machine  # noqa: E402
-from fakeshard.testing._replay import replay  # noqa: E402
 from planted import CI_NO_SHRINK, MACHINES  # noqa: E402
 from planted.hosts import EXAMPLE_HOST, HOST_BUGS  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 from fakeshard import FakeShardEngine, FaultPlan
 from fakeshard.testing._campaign import USER_TRACES, traces_dir
 from fakeshard.testing._concurrent import Client, Round, Scenario, make_trace, run_scenario
-from fakeshard.testing._replay import replay
+from fakeshard.testing._registry import replay
 from fakeshard.testing._trace import REGRESSIONS, Trace
 from stateful.test_regressions import _needs
 

@@ -15,9 +15,8 @@ import pytest
 from fakeshard import FakeShardEngine
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._concurrent import ConcurrentFailure, run_concurrent
-from fakeshard.testing._history import history_of
 from fakeshard.testing._machines import MachineConfig
-from fakeshard.testing._replay import replay
+from fakeshard.testing._registry import history_of, replay
 from fakeshard.testing._trace import Trace
 from fakeshard.testing._view import message_diagram, render
 from planted.async_coordinators import PLANTED

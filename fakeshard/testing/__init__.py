@@ -14,7 +14,7 @@ pytest tests) and ``plugin`` (the pytest plugin).  The rest is private by name: 
 machines (``_machines``, ``_failover``, ``_surface``, ``_parallel``,
 ``_coordinator_machine``), the reference model (``_model``) and coordinators
 (``_reference_coordinator``, ``_async_coordinator``), the step runner (``_runner``), traces and replay
-(``_trace``, ``_regress``), ``_probes``, ``_profiles``, ``_campaign`` and the rest.
+(``_trace``, ``_registry``, ``_regress``), ``_probes``, ``_profiles``, ``_campaign`` and the rest.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _WHERE = {
     "load_coordinator": "_coordinator_machine",
     "reference": "_coordinator_machine",
     "reference_async": "_async_coordinator",
-    "replay": "_regress",
+    "replay": "_registry",
     "run_machine": "_regress",
     "run_parallel": "_parallel",
 }

@@ -1,34 +1,27 @@
-"""Any saved trace's history, for its timeline page: the one dispatch on a trace's machine
-that the page needs.
+"""A sequential trace's history, for its timeline page.
 
 Sequential traces (``sessions``, ``faults``, ``surface``, ``failover``, ``coordinator``) are
 replayed (:mod:`fakeshard.testing._replay`) to read the reference model's state before and after
-each step; ``parallel`` ones are checked again (:func:`fakeshard.testing._parallel.fill_history`);
-``concurrent`` and ``program`` ones are read as saved (:func:`fakeshard.testing._view.saved_history`).
-The page itself is :mod:`fakeshard.testing._view`'s.
+each step.  Any trace's history: :func:`fakeshard.testing._registry.history_of`; the page itself
+is :mod:`fakeshard.testing._view`'s.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from fakeshard.testing._parallel import fill_history as parallel_history
-from fakeshard.testing._replay import replay
+from fakeshard.testing._replay import replay_steps
 from fakeshard.testing._runner import view_state
 from fakeshard.testing._trace import Trace
-from fakeshard.testing._view import Builder, page_history, saved_history, short
+from fakeshard.testing._view import Builder, page_history, short
 
-__all__ = ["history_of"]
+__all__ = ["sequential_history"]
 
 
-def history_of(trace: Trace, factory: Callable[..., Any], factory_name: str,
-               tolerance: float = 0.0) -> dict[str, Any]:
-    """The history a page draws for ``trace``, on ``factory``'s engines (sequential traces are
-    replayed to read the model's state; parallel ones re-checked; concurrent ones read as saved)."""
-    if trace.machine in ("concurrent", "program"):  # a program's run: the same history, in real time
-        return saved_history(trace)
-    if trace.machine == "parallel":
-        return page_history(trace, lambda builder: parallel_history(trace, factory, builder))
+def sequential_history(trace: Trace, factory: Callable[..., Any], factory_name: str,
+                       tolerance: float = 0.0) -> dict[str, Any]:
+    """The history a page draws for a sequential ``trace``, replayed on ``factory``'s engines to
+    read the model's state around each step."""
     return page_history(trace, lambda builder: _sequential(trace, factory, factory_name, tolerance, builder))
 
 
@@ -77,7 +70,8 @@ def _sequential(trace: Trace, factory: Callable[..., Any], factory_name: str, to
             pipeline_calls.append(list(coordinator.calls[seen:]))
             seen = len(coordinator.calls)
 
-    result = replay(trace, factory, factory_name, tolerance=tolerance, stop_at_failure=False, observe=observe)
+    result = replay_steps(trace, factory, factory_name, tolerance=tolerance, stop_at_failure=False,
+                          observe=observe)
     steps, expected, actual = result.trace.steps, result.trace.expected, result.trace.actual
     epochs: dict[str, Any] = {}
     for i, step in enumerate(steps):

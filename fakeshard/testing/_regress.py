@@ -17,9 +17,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fakeshard.testing import _profiles as profiles
 from fakeshard.testing._draws import stable_draws
-from fakeshard.testing._history import history_of
 from fakeshard.testing._lengths import token_count
-from fakeshard.testing._replay import replay
+from fakeshard.testing._registry import history_of
+from fakeshard.testing._replay import replay_steps
 from fakeshard.testing._save import keep
 from fakeshard.testing._trace import REGRESSIONS, Trace
 
@@ -38,13 +38,13 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
     ``config["fault_plan"]``), one rule at a time is dropped, fired earlier or made
     certain (:func:`simpler_plans`), and steps are removed again, until neither helps.
     """
-    original = replay(trace, factory, factory_name, tolerance)
+    original = replay_steps(trace, factory, factory_name, tolerance)
     if not original.failed:
         return original.trace
 
     def still_fails(steps: list[dict[str, Any]], config: dict[str, Any]) -> bool:
         attempt = Trace(**{**trace.__dict__, "config": config, "steps": steps, "expected": [], "actual": []})
-        result = replay(attempt, factory, factory_name, tolerance)
+        result = replay_steps(attempt, factory, factory_name, tolerance)
         return result.failed and result.error_type == original.error_type
 
     steps, config = list(trace.steps), trace.config
@@ -58,7 +58,8 @@ def reduce(trace: Trace, factory: Callable[..., Any], factory_name: str, toleran
         if simpler is None:
             break
         config = simpler
-    final = replay(Trace(**{**trace.__dict__, "config": config, "steps": steps}), factory, factory_name, tolerance)
+    final = replay_steps(Trace(**{**trace.__dict__, "config": config, "steps": steps}), factory, factory_name,
+                         tolerance)
     return final.trace
 
 

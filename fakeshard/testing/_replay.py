@@ -1,8 +1,8 @@
-"""Replaying a saved trace: its steps run again on fresh engines, with no search.
+"""Replaying a sequential trace: its steps run again on fresh engines, with no search.
 
-Each machine's trace replays with its own step runner; a ``parallel`` trace runs its
-program again, a ``concurrent`` one its scenario.  A ``program`` trace needs its program,
-and replays with :func:`fakeshard.testing._program.replay_program`.
+Each sequential machine's trace (``sessions``, ``faults``, ``surface``, ``failover``,
+``coordinator``) replays with its own step runner.  The other machines' traces replay as
+:mod:`fakeshard.testing._registry` says.
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from fakeshard.testing._concurrent import replay_concurrent
 from fakeshard.testing._coordinator_machine import CoordinatorRunner
 from fakeshard.testing._failover import FailoverRunner
-from fakeshard.testing._parallel import replay_parallel
 from fakeshard.testing._runner import EngineRunner
 from fakeshard.testing._trace import Trace
 
-__all__ = ["RUNNERS", "ReplayResult", "replay"]
+__all__ = ["RUNNERS", "ReplayResult", "replay_steps"]
 
 
 @dataclass
@@ -41,26 +39,12 @@ def _runner_for(trace: Trace, factory: Callable[..., Any], factory_name: str, to
     return RUNNERS.get(trace.machine, EngineRunner).from_trace(trace, factory, factory_name, tolerance)
 
 
-def replay(trace: Trace, factory: Callable[..., Any], factory_name: str,
-           tolerance: float = 0.0, stop_at_failure: bool = True,
-           observe: Optional[Callable[[int, Any], None]] = None) -> ReplayResult:
-    """Run ``trace``'s steps on a fresh engine and model; the new trace and where it diverged.
-
-    A ``parallel`` trace runs its program again, several times, on fresh
-    engines; it fails when a history is not linearizable.  ``observe(i, runner)``, if given, is
-    called before the first step (``i = 0``) and after each step ``i`` (a sequential trace only).
-    """
-    if trace.machine == "parallel":
-        again = replay_parallel(trace, factory)
-        return ReplayResult(trace, again.failed, 1 if again.failed else None, again.message,
-                            "NotLinearizable" if again.failed else None)
-    if trace.machine == "concurrent":
-        run = replay_concurrent(trace, factory, tolerance=tolerance).run
-        return ReplayResult(trace, run.failure is not None, 1 if run.failure else None, run.failure,
-                            "ConcurrentFailure" if run.failure else None)
-    if trace.machine == "program":
-        raise ValueError("a program machine's trace replays with its program: fakeshard replay TRACE "
-                         "--coordinator-cmd CMD")
+def replay_steps(trace: Trace, factory: Callable[..., Any], factory_name: str,
+                 tolerance: float = 0.0, stop_at_failure: bool = True,
+                 observe: Optional[Callable[[int, Any], None]] = None) -> ReplayResult:
+    """Run a sequential ``trace``'s steps on a fresh engine and model; the new trace and where it
+    diverged.  ``observe(i, runner)``, if given, is called before the first step (``i = 0``) and
+    after each step ``i``.  Any machine's trace: :func:`fakeshard.testing._registry.replay`."""
     runner = _runner_for(trace, factory, factory_name, tolerance)
     first: Optional[int] = None
     message: Optional[str] = None
