@@ -157,6 +157,8 @@ class CheckResult:
     probes_required: bool = False
     #: On an engine host: who applied the fault plans, in words (``None``: an engine in process).
     faults_applied_by: Optional[str] = None
+    #: How an attached host's nodes are judged, in words (its ``GET /v1/judging``).
+    judged_by: Optional[str] = None
 
     #: The checks ``--known-failing`` lists: their failures are expected, their passes fail the run.
     known: frozenset[str] = frozenset()
@@ -433,12 +435,13 @@ def run_check(options: CheckOptions, *, stream: Optional[TextIO] = None) -> Chec
             # Whether its nodes run fault plans, asked before anything runs: an answer outside the
             # contract is a usage error here, not a failure of the campaign's first plan.
             faults_by = attached(control).faults_applied_by()
+            judged_by = attached(control).judged_by()
         except HostError as exc:
             raise CheckError(str(exc)) from None
         # The campaign's processes find the host here (the attached factory reads it at each call).
         os.environ[ENGINE_URL_ENV_VAR] = control
         result = _run_check(dataclasses.replace(options, engine=ATTACHED_FACTORY), stream)
-        result.faults_applied_by = faults_by
+        result.faults_applied_by, result.judged_by = faults_by, judged_by
         return result
     finally:
         if host is not None:
@@ -695,6 +698,7 @@ def summary_json(result: CheckResult) -> dict[str, Any]:
         else "passed",
         "engine": result.options.engine, "engine_url": result.options.engine_url,
         "engine_cmd": result.options.engine_cmd, "faults_applied_by": result.faults_applied_by,
+        "judged_by": result.judged_by,
         "evidence_class": result.evidence_class,
         "coordinator": result.options.coordinator, "coordinator_cmd": result.options.coordinator_cmd,
         "profile": result.options.profile, "seed": result.options.seed, "elapsed": round(result.elapsed, 3),

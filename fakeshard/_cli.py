@@ -205,6 +205,8 @@ def _check(args: argparse.Namespace) -> int:
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
     if result.faults_applied_by is not None:
         out.write(f"faults applied by: {result.faults_applied_by}\n")
+    if result.judged_by is not None:
+        out.write(f"judged: {result.judged_by}\n")
     required = required_probes()
     if result.probes_required:  # a whole ci campaign of the engine machines (check.full_ci)
         unreached = f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else ""

@@ -100,3 +100,19 @@ def raw_post(path: str, body: bytes, extra: bytes = b"") -> bytes:
     lines, each ending in CRLF), for tests that speak to a node on a raw socket."""
     return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
+
+
+def untold_real_engine(spec: Any, **kwargs: Any) -> Any:
+    """The tiny real engine, its factory stating neither a tolerance nor logits (served by
+    ``fakeshard serve``, a real-model host that says nothing of how it is judged)."""
+    from fakeshard.real import tiny_engine
+
+    return tiny_engine(spec, **kwargs)
+
+
+def tolerant_real_engine(spec: Any, **kwargs: Any) -> Any:
+    """The tiny real engine, its factory stating a tolerance but offering no logits."""
+    return untold_real_engine(spec, **kwargs)
+
+
+tolerant_real_engine.tolerance = 1e-3  # type: ignore[attr-defined]

@@ -63,6 +63,24 @@ def test_a_host_started_by_its_command_serves_nodes_the_kit_adds(host):
     assert engine.name in probe_host(host.control)["nodes"]
 
 
+def test_a_served_factory_adds_its_nodes_to_the_server_its_variable_names(host, monkeypatch):
+    # $FAKESHARD_SERVER: a served factory's nodes go to a running `fakeshard serve` (which runs its
+    # own factory and plans) instead of a server thread here; their delays reach the caller's clock.
+    from fakeshard import Delay, FakeShardEngine, VirtualClock
+    from fakeshard.remote import served
+
+    def mine(spec, **kwargs):  # a factory of its own: the served factories share servers by factory
+        return FakeShardEngine(spec, **kwargs)
+
+    monkeypatch.setenv("FAKESHARD_SERVER", host.control)
+    clock = VirtualClock()
+    engine = served(mine)(SPEC, seed=2, clock=clock, faults=FaultPlan((FaultRule(Delay(0.5), op="prefill"),)))
+    assert engine.name in probe_host(host.control)["nodes"]
+    bundle = TokenBundle("s", 0, 0, (1, 2, 3))
+    assert engine.prefill(bundle) == FakeShardEngine(SPEC, seed=2).prefill(bundle)
+    assert clock.now() == 0.5
+
+
 @pytest.mark.parametrize("check", checks.ENGINE_CHECKS, ids=lambda c: c.__name__)
 def test_every_engine_check_passes_on_a_correct_host(host, check):
     check(attached(host.control))
@@ -227,15 +245,106 @@ def test_sigterm_stops_fakeshard_serve_as_a_host_is_stopped(tmp_path):
     host.close()
 
 
-def test_a_real_model_host_is_refused_with_its_reason_not_judged_exactly(tmp_path):
-    # Judged without the tolerance a factory states, real arithmetic fails for rounding alone
-    # (a decode against one prefill of the same positions): a false alarm the kit must not raise.
+def _real_host(tmp_path, engine: str = "fakeshard.real:tiny_engine") -> Host:
     pytest.importorskip("gguf", reason="the real-model engine needs the extra 'real'")
-    with Host(_serve_command(tmp_path, "fakeshard.real:tiny_engine")) as real:
-        with pytest.raises(HostError, match="real-model host is not judged yet"):
-            attached(real.control)(SPEC)
+    return Host(_serve_command(tmp_path, engine))
+
+
+REAL_SPEC = ShardSpec("host", 2, 0, 2, hidden_size=16, vocab_size=64)
+
+
+def test_a_real_model_host_states_how_it_is_judged_and_serves_its_logits(tmp_path, host):
+    from fakeshard._judge import Judge
+    from fakeshard.real import tiny_engine
+
+    with _real_host(tmp_path) as real:
+        factory = attached(real.control)
+        assert (factory.tolerance, factory.machine_hidden_size, factory.machine_max_positions) == \
+            (tiny_engine.tolerance, tiny_engine.machine_hidden_size, tiny_engine.machine_max_positions)
+        assert factory.machine_wide_hidden_size is None and factory.fixture_choices is False
+        assert factory(REAL_SPEC).evidence_class == "real-model"
+        history = [1, 2, 3]
+        logits = factory.logits(REAL_SPEC, 0, history)
+        assert logits == pytest.approx(tiny_engine.logits(REAL_SPEC, 0, history), abs=tiny_engine.tolerance)
+        # The host's logits decide a near tie: the runner-up passes within its margin, not below it.
+        ranked = sorted(range(len(logits)), key=lambda t: -logits[t])
+        margin = logits[ranked[0]] - logits[ranked[1]]
+        wide, narrow = Judge(factory, tolerance=margin + 1e-6), Judge(factory, tolerance=margin / 2)
+        assert wide.token_ok(REAL_SPEC, 0, history, ranked[0], ranked[1])
+        assert not narrow.token_ok(REAL_SPEC, 0, history, ranked[0], ranked[1])
+        import httpx
+        for body, needle in [(b"{}", "the body must be"), (b'{"spec": {}, "seed": 0, "tokens": [1]}', "spec:"),
+                             (json.dumps({"spec": {"model_id": "h", "n_layers": 1, "start_layer": 0, "end_layer": 1,
+                                                   "vocab_size": 64}, "seed": 0, "tokens": [64]}
+                                         ).encode(), "below the spec's vocab_size 64")]:
+            answer = httpx.post(real.control + "/v1/logits", content=body, timeout=30)
+            assert answer.status_code == 400 and needle in answer.json()["message"], answer.text
+    # The fixture states nothing (judged exactly, at the kit's sizes) and has no logits to serve.
+    fixture = attached(host.control)
+    assert fixture.judged_by() == "exactly, by the contract alone"
+    assert not hasattr(fixture, "tolerance") and not hasattr(fixture, "logits")
+    import httpx
+    assert httpx.post(host.control + "/v1/logits", content=b"{}", timeout=30).status_code == 501
+
+
+@pytest.mark.parametrize("engine,needle", [
+    ("tests.support:untold_real_engine", "serve GET /v1/judging on the control port with its tolerance"),
+    ("tests.support:tolerant_real_engine", "serves POST /v1/logits"),
+])
+def test_a_real_model_host_that_cannot_be_judged_is_refused_with_its_reason(tmp_path, engine, needle):
+    # Judged exactly, real arithmetic fails for rounding alone (a decode against one prefill of the
+    # same positions); a near tie without the logits, as a wrong token: false alarms the kit must not raise.
+    with _real_host(tmp_path, engine) as real:
+        with pytest.raises(HostError, match=needle.replace("/", ".")):
+            attached(real.control)(REAL_SPEC)
         done = _check("--engine-url", real.control, "--machines", "sessions", "--out", str(tmp_path / "out"))
-    assert done.returncode == 2 and "real-model host is not judged yet" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and needle in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("answer,needle", [
+    ({"kind": "judging", "tolerance": -1}, "tolerance must be a finite number >= 0"),
+    ({"kind": "judging", "tolerance": True}, "tolerance must be a finite number >= 0"),
+    ({"kind": "judging", "machine_hidden_size": 0}, "machine_hidden_size must be an integer >= 1"),
+    ({"kind": "judging", "machine_max_positions": 1}, "machine_max_positions must be an integer >= 2"),
+    ({"kind": "judging", "machine_wide_hidden_size": "x"}, "machine_wide_hidden_size must be an integer >= 1 or null"),
+    ({"kind": "judging", "fixture_choices": 1}, "fixture_choices must be true or false"),
+    ({"kind": "judging", "tolerances": 0.1}, "unknown field(s) ['tolerances']"),
+    ({"kind": "roster"}, "no judging object"),
+])
+def test_a_judging_answer_outside_the_contract_is_refused_naming_the_field(answer, needle):
+    from fakeshard._judge import JudgingError, read_judging
+
+    with pytest.raises(JudgingError) as caught:
+        read_judging(answer)
+    assert needle in str(caught.value)
+
+
+@pytest.mark.parametrize("answer,needle", [
+    ({"kind": "logits", "logits": [0.0] * 3}, "logits has 3 values, the spec's vocab_size is 4"),
+    ({"kind": "logits", "logits": [0.0, None, 1.0, 2.0]}, "got None at index 1"),
+    ({"kind": "logits", "logits": [0.0, True, 1.0, 2.0]}, "got True at index 1"),
+    ({"kind": "logits", "logits": [0.0, float("nan"), 1.0, 2.0]}, "got nan at index 1"),
+    ({"kind": "judging"}, "no logits object"),
+])
+def test_logits_outside_the_contract_are_refused_naming_what_is_wrong(answer, needle):
+    from fakeshard._judge import JudgingError, read_logits
+
+    with pytest.raises(JudgingError) as caught:
+        read_logits(answer, 4)
+    assert needle in str(caught.value)
+
+
+def test_check_certifies_a_real_model_host_started_by_its_command(tmp_path):
+    pytest.importorskip("gguf", reason="the real-model engine needs the extra 'real'")
+    command = _serve_command(tmp_path, "fakeshard.real:tiny_engine")
+    done = _check("--engine-cmd", command, "--certify", "--machines", "sessions,faults", "--profile", "dev",
+                  "--seed", "1", "--examples", "3", "--steps", "8", "--out", str(tmp_path / "out"),
+                  "--json", str(tmp_path / "s.json"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "(evidence class: real-model)" in done.stdout
+    assert "judged: within tolerance 0.001, near ties by the host's logits, by the contract alone" in done.stdout
+    summary = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
+    assert summary["evidence_class"] == "real-model" and summary["judged_by"].startswith("within tolerance 0.001")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import json
 import os
 import queue
@@ -32,6 +33,7 @@ from fakeshard._engine import check_engine_arguments
 from fakeshard._errors import ShardError
 from fakeshard._factory import FactoryError
 from fakeshard._faults import Delay, FaultPlan, FaultRule
+from fakeshard._judge import JUDGING_FIELDS, JudgingError, read_judging, read_logits
 from fakeshard._layer import ALL_FAULT_KINDS, LAYER_FAULT_KINDS, FaultLayer, without_unapplied
 from fakeshard.remote._admin import ClusterClient
 from fakeshard.remote._engine import RemoteError, RemoteShardEngine, new_client
@@ -40,6 +42,8 @@ from fakeshard.remote._engine import RemoteError, RemoteShardEngine, new_client
 ENGINE_URL_ENV_VAR = "FAKESHARD_ENGINE_URL"
 #: Seconds a host started from a command has to print its roster.
 READY_TIMEOUT = 30.0
+#: The answers by which a host says it does not serve an optional route of its control port.
+NOT_SERVED = (404, 405, 501)
 
 
 class HostError(FactoryError):
@@ -178,6 +182,8 @@ class _Attached:
         #: Nodes whose engines are gone: removed before the next node is added (or at exit).
         self.doomed: "collections.deque[str]" = collections.deque()
         self._plans: Optional[bool] = None
+        self._judging: Optional[dict[str, Any]] = None
+        self._logits: Optional[bool] = None
         atexit.register(self.sweep)
 
     def sweep(self) -> None:
@@ -207,6 +213,74 @@ class _Attached:
                 self._plans = True
         return self._plans
 
+    def _get(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self.admin._client.request(method, self.admin.control + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise HostError(f"host {self.admin.control}: {method} {path} failed: {type(exc).__name__}: {exc}") from None
+
+    @property
+    def judging(self) -> dict[str, Any]:
+        """What the host states of how its nodes are judged (``GET /v1/judging``, asked once; a
+        host that does not serve it states nothing: its nodes are judged exactly, at the kit's
+        sizes). An answer outside the contract is a :class:`HostError`."""
+        if self._judging is None:
+            response = self._get("GET", "/v1/judging")
+            if response.status_code in NOT_SERVED:
+                self._judging = {}
+            elif response.status_code != 200:
+                raise HostError(f"host {self.admin.control}: GET /v1/judging answered HTTP {response.status_code}; "
+                                "the contract's answers are 200 and a judging object, or 404 (not served)")
+            else:
+                try:
+                    self._judging = read_judging(response.json())
+                except (ValueError, JudgingError) as exc:
+                    raise HostError(f"host {self.admin.control}: GET /v1/judging: {exc}") from None
+        return self._judging
+
+    @property
+    def serves_logits(self) -> bool:
+        """Whether the host serves ``POST /v1/logits``: asked once, with a body it must refuse
+        (``400 bad_request``: it does; 404, 405 or 501: it does not)."""
+        if self._logits is None:
+            response = self._get("POST", "/v1/logits", content=b"{}", headers={"Content-Type": "application/json"})
+            if response.status_code in NOT_SERVED:
+                self._logits = False
+            elif response.status_code == 400:
+                self._logits = True
+            else:
+                raise HostError(f"host {self.admin.control}: POST /v1/logits with an empty object answered HTTP "
+                                f"{response.status_code}; the contract's answers are 400 bad_request, or 404 "
+                                "(not served)")
+        return self._logits
+
+    def logits(self, spec: ShardSpec, seed: int, tokens: Any) -> list[float]:
+        """The host's full model's next-token logits after ``tokens`` (``POST /v1/logits``)."""
+        body = {"spec": dataclasses.asdict(spec), "seed": seed, "tokens": [int(t) for t in tokens]}
+        response = self._get("POST", "/v1/logits", content=json.dumps(body).encode("ascii"),
+                             headers={"Content-Type": "application/json"})
+        if response.status_code != 200:
+            raise HostError(f"host {self.admin.control}: POST /v1/logits answered HTTP {response.status_code}: "
+                            f"{response.text[:200]}")
+        try:
+            return read_logits(response.json(), spec.vocab_size)
+        except (ValueError, JudgingError) as exc:
+            raise HostError(f"host {self.admin.control}: POST /v1/logits: {exc}") from None
+
+    def real_model_problem(self) -> Optional[str]:
+        """Why the host's real-model nodes cannot be judged (``None``: they can): a tolerance must
+        be stated, and above 0, the logits that decide near ties must be served."""
+        judging = self.judging
+        if "tolerance" not in judging:
+            return ("a real-model host states how its arithmetic is judged: serve GET /v1/judging on the control "
+                    "port with its tolerance (docs/contract.md, \"Judging a real-model host\"); judged exactly, "
+                    "it would fail for rounding alone")
+        if judging["tolerance"] > 0 and not self.serves_logits:
+            return ("a real-model host judged within a tolerance serves POST /v1/logits on the control port, "
+                    "the full model's logits that decide a near tie (docs/contract.md, \"Judging a real-model "
+                    "host\"); without them a near tie would be judged a wrong token")
+        return None
+
     @classmethod
     def of(cls, control: str) -> "_Attached":
         with cls.lock:
@@ -231,9 +305,10 @@ class AttachedFactory:
     ``FakeShardEngine``. The caller's clock accounts the node's delays. A fault plan goes to the
     host with the node where its nodes run plans (``POST /v1/nodes``, ``faults``); else the kit
     applies it in front of the node (:class:`~fakeshard._layer.FaultLayer`: every kind but
-    ``MemoryPressure``, which :attr:`fault_kinds` then leaves out). Judged by the contract alone."""
+    ``MemoryPressure``, which :attr:`fault_kinds` then leaves out). Judged by the contract alone,
+    unless the host says otherwise (``GET /v1/judging``: its tolerance, its machines' sizes,
+    ``fixture_choices``), with the host's logits deciding near ties (``POST /v1/logits``)."""
 
-    fixture_choices = False
     #: Its engines are nodes over HTTP: the checks of a node's HTTP layer run on them.
     makes_http_nodes = True
     __name__ = "attached_engine"
@@ -247,6 +322,31 @@ class AttachedFactory:
             raise HostError(f"no host to attach to: give --engine-url URL or --engine-cmd CMD "
                             f"(or set ${ENGINE_URL_ENV_VAR})")
         return _Attached.of(check_control_url(url))
+
+    @property
+    def fixture_choices(self) -> bool:
+        """Whether the host says its nodes make the fixture's choices (``GET /v1/judging``); false
+        unless it does."""
+        return self._host().judging.get("fixture_choices", False) is True
+
+    def __getattr__(self, name: str) -> Any:
+        # The judging attributes a factory may state (fakeshard._judge): those the host states.
+        if name in JUDGING_FIELDS and not name.startswith("_"):
+            judging = self._host().judging
+            if name in judging:
+                return judging[name]
+        elif name == "logits":
+            host = self._host()
+            if host.judging.get("tolerance", 0.0) > 0 and host.serves_logits:
+                return host.logits
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def judged_by(self) -> str:
+        """How the host's nodes are judged, in words (a report's line)."""
+        host = self._host()
+        tol = host.judging.get("tolerance", 0.0)
+        how = "exactly" if tol == 0 else f"within tolerance {tol:g}, near ties by the host's logits"
+        return how + (", and by the fixture's choices" if self.fixture_choices else ", by the contract alone")
 
     @property
     def fault_kinds(self) -> frozenset[str]:
@@ -282,11 +382,10 @@ class AttachedFactory:
                                    client=host.client, clock=clock)
         weakref.finalize(engine, host.doomed.append, described["name"])
         if engine.evidence_class != "fixture":
-            # Real arithmetic is judged within a tolerance the factory states (and its logits, for
-            # near ties); a host states neither, and judged exactly it would fail for rounding.
-            raise HostError(f"host {url}: its nodes' evidence class is {engine.evidence_class!r}; a real-model "
-                            "host is not judged yet (its tolerance is not known to the kit): run its engine in "
-                            "process with --engine module:factory, which states tolerance and logits")
+            # Real arithmetic is judged within the tolerance the host states, near ties by its logits.
+            problem = host.real_model_problem()
+            if problem is not None:
+                raise HostError(f"host {url}: its nodes' evidence class is {engine.evidence_class!r}; {problem}")
         if layer:
             return FaultLayer(engine, without_unapplied(plan), clock=clock)
         return engine

@@ -13,6 +13,7 @@ from fakeshard._contract import CONTRACT_VERSION, ShardSpec
 from fakeshard._errors import MalformedBundle
 from fakeshard._factory import EngineFactory
 from fakeshard._faults import FaultPlan
+from fakeshard._judge import judging_of
 from fakeshard._topology import MAX_LATENCY, NAME_PATTERN, NodeConfig, Topology, TopologyError
 from fakeshard.server._calls import CallLog
 from fakeshard.server._http import (
@@ -103,6 +104,8 @@ class ServedCluster:
         r.add_get("/v1/nodes/{name}/log", self._log)
         r.add_get("/v1/nodes/{name}/calls", self._node_calls)
         r.add_get("/v1/calls", self._calls)
+        r.add_get("/v1/judging", self._judging)
+        r.add_post("/v1/logits", self._logits)
         r.add_post("/v1/shutdown", self._shutdown)
         self._control = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=3600)
         await self._control.setup()
@@ -247,6 +250,34 @@ class ServedCluster:
         self.node(name)
         return json_response({**self.calls.since(self._since(request), name), "contract": CONTRACT_VERSION,
                               "node": name})
+
+    async def _judging(self, request: web.Request) -> web.Response:
+        return json_response({"kind": "judging", "contract": CONTRACT_VERSION, **judging_of(self.factory)})
+
+    async def _logits(self, request: web.Request) -> web.Response:
+        logits = getattr(self.factory, "logits", None)
+        if not callable(logits):
+            raise HTTPError("not_supported", f"the engine factory {self.factory_name or 'served'} states no logits "
+                                             "(its engines are judged exactly)")
+        data = read_body_json(await request.read(), "logits")
+        if not isinstance(data, dict) or set(data) != {"spec", "seed", "tokens"}:
+            raise HTTPError("bad_request", 'the body must be {"spec": {...}, "seed": INT, "tokens": [INT, ...]}')
+        try:
+            if not isinstance(data["spec"], dict):
+                raise TypeError("spec must be an object")
+            spec = ShardSpec(**data["spec"])
+        except (TypeError, ValueError) as exc:
+            raise HTTPError("bad_request", f"spec: {exc}") from None
+        seed, tokens = data["seed"], data["tokens"]
+        if type(seed) is not int:
+            raise HTTPError("bad_request", f"seed must be an integer, got {seed!r}")
+        if not isinstance(tokens, list) or not tokens or \
+                not all(type(t) is int and 0 <= t < spec.vocab_size for t in tokens):
+            raise HTTPError("bad_request", f"tokens must be a non-empty array of token ids below the spec's "
+                                           f"vocab_size {spec.vocab_size}")
+        # The full model's pass runs off the event loop: the nodes keep answering meanwhile.
+        values = await asyncio.get_running_loop().run_in_executor(None, logits, spec, seed, tokens)
+        return json_response({"kind": "logits", "contract": CONTRACT_VERSION, "logits": [float(v) for v in values]})
 
     async def _shutdown(self, request: web.Request) -> web.Response:
         self.stopped.set()

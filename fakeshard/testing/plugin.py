@@ -187,11 +187,12 @@ def _attach_host(config: pytest.Config) -> Optional[str]:
             url = host.control
         probe_host(str(url))
         faults_by = attached(str(url)).faults_applied_by()
+        judged_by = attached(str(url)).judged_by()
     except HostError as exc:
         raise pytest.UsageError(str(exc)) from None
     os.environ[ENGINE_URL_ENV_VAR] = str(url)
     how = f"started by {command!r}" if command is not None and not hasattr(config, "workerinput") else "at"
-    return f"fakeshard engine host: {how} {url}; faults applied by {faults_by}"
+    return f"fakeshard engine host: {how} {url}; faults applied by {faults_by}; judged {judged_by}"
 
 
 def _profiles(config: pytest.Config) -> None:
