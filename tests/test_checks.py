@@ -288,3 +288,26 @@ def test_the_capacity_check_without_faults_catches_an_accounting_bug(bug):
 
     with pytest.raises(AssertionError):
         checks.check_capacity_without_faults(getattr(factories, bug))
+
+
+@pytest.mark.parametrize("name", ["used_tokens_16_bit", "miss_across_power_of_two", "capped_cached_view",
+                                  "drift_past_round_length"])
+def test_a_long_session_catches_a_length_bug_wherever_it_sits(name):
+    # Each planted engine breaks at another length (a 16-bit count, a block table's power of two,
+    # a view capped below the cache, a drift past a rounding length): one walk past every power
+    # of two to 2**16 meets them all.
+    from planted.engines import BUGS
+
+    bug = next(b for b in BUGS if b.name == name)
+    with pytest.raises(AssertionError):
+        checks.check_long_session(bug.factory)
+
+
+def test_a_long_session_grows_only_as_far_as_the_factory_says_its_engines_go():
+    def short(spec, **kwargs):
+        return FakeShardEngine(spec, **{**kwargs, "capacity_tokens": 42})
+
+    with pytest.raises(AssertionError, match="was refused: OutOfMemory"):
+        checks.check_long_session(short)
+    short.machine_max_positions = 42  # type: ignore[attr-defined]
+    checks.check_long_session(short)  # past 8, 16 and 32; 64 is beyond what it states

@@ -347,13 +347,14 @@ def test_check_gates_a_partial_implementation_by_its_known_failures(tmp_path):
     """--known-failing: a listed machine that fails is reported as known (the run passes for it);
     a listed check that passes fails the run, naming the file, so the list only shrinks."""
     known = tmp_path / "known-failing.txt"
-    known.write_text("# checks this engine fails today\nsessions  # a drift from position 12\n\n", encoding="utf-8")
+    known.write_text("# checks this engine fails today\nsessions  # a drift from position 12\n\n"
+                     "check_long_session  # the same drift, met by a long session\n", encoding="utf-8")
     common = ("check", "--engine", "planted.factories:drift_from_12", "--machines", "sessions", "--profile", "ci",
               "--examples", "30", "--traces", str(tmp_path / "traces"), "--known-failing", str(known))
     result = _run(*common, "--out", str(tmp_path / "a"))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "known failing (1 trace)" in result.stdout
-    known.write_text("sessions\ncheck_defaults\n", encoding="utf-8")
+    known.write_text("sessions\ncheck_long_session\ncheck_defaults\n", encoding="utf-8")
     result = _run(*common, "--out", str(tmp_path / "b"))
     assert result.returncode == 1
     assert f"1 check listed in --known-failing {known} now pass" in result.stdout

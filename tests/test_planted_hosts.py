@@ -40,8 +40,20 @@ def example_host():
 def _params():
     for bug in HOST_BUGS:
         marks = [] if bug.seconds < 60 or LONG else [pytest.mark.skip(
-            reason=f"its machine takes about {bug.seconds} s to catch it over HTTP: FAKESHARD_LONG_CATCHES=1 runs it")]
+            reason=f"its machine takes about {bug.seconds} s to catch it over HTTP: FAKESHARD_LONG_CATCHES=1 runs it"
+                   + (f" ({bug.check} catches it in every run: test_a_long_catch_is_also_made_by_its_check)"
+                      if bug.check else ""))]
         yield pytest.param(bug, id=bug.name, marks=marks)
+
+
+@pytest.mark.parametrize("bug", [b for b in HOST_BUGS if b.check], ids=lambda b: b.name)
+def test_a_long_catch_is_also_made_by_its_check(bug, example_host):
+    """Where a machine's catch over HTTP takes minutes, an engine check catches the same bug at
+    once, and passes on the example host."""
+    with Host(bug.command) as host:
+        with pytest.raises(AssertionError):
+            getattr(checks, bug.check)(attached(host.control))
+    getattr(checks, bug.check)(attached(example_host.control))
 
 
 @pytest.mark.parametrize("bug", list(_params()))

@@ -54,12 +54,14 @@ from fakeshard.testing._runner import HIDDEN_KINDS, SAMPLE_KINDS, damaged_checks
 __all__ = [
     "ENGINE_CHECKS",
     "HTTP_CHECKS",
+    "LONG_SESSION_BOUNDARIES",
     "TILINGS",
     "check_bad_close",
     "check_capacity_edges",
     "check_capacity_without_faults",
     "check_defaults",
     "check_factory_arguments",
+    "check_long_session",
     "check_new_engine",
     "check_pipeline",
     "check_pipeline_answers",
@@ -355,11 +357,58 @@ def check_pipeline_evidence_class(factory: Factory) -> None:
         assert isinstance(problem, str) and problem, f"answer_problem found nothing wrong in {out!r} (last={last})"
 
 
+#: The powers of two a session grows past in :func:`check_long_session`: 8 to 2**16, the widths a
+#: position or a count may be kept in (a byte, 15 and 16 bits) and every one between.
+LONG_SESSION_BOUNDARIES = tuple(2**k for k in range(3, 17))
+
+
+def check_long_session(factory: Factory) -> None:
+    """A session that grows past every power of two of :data:`LONG_SESSION_BOUNDARIES` counts every
+    position: a prefill ends just below each, then two decodes cross it, and after each call the
+    answer's ``pos``, the session's ``cached_tokens`` and the engine's ``used_tokens`` are the
+    positions fed; the last token is the one a fresh engine of the same seed answers to the whole
+    history in one prefill (within the factory's tolerance, near ties by its logits). So a position
+    or a count kept in too narrow an integer, wrapping or saturating at 2**15 or 2**16, is caught at
+    once, not only when a long campaign's draws reach it. An engine whose cost bounds its lengths
+    (a factory's ``machine_max_positions``) grows only that far."""
+    from fakeshard._judge import Judge
+
+    longest = min(2**16 + 2, int(getattr(factory, "machine_max_positions", 2**16 + 2)))
+    history = [(7 * i + 1) % SPEC.vocab_size for i in range(longest)]
+    engine = factory(SPEC, seed=3)
+    fed, last = 0, None
+
+    def grown(call: str, start: int, end: int) -> None:
+        nonlocal fed, last
+        bundle = TokenBundle("long", 0, start, tuple(history[start:end]))
+        out = answered(lambda: getattr(engine, call)(bundle), f"a {call} of positions {start} to {end - 1}")
+        view = engine.session("long")
+        seen = (out.pos, None if view is None else view.cached_tokens, engine.used_tokens)
+        assert seen == (end, end, end), (
+            f"after a {call} of positions {start} to {end - 1}, the answer's pos, the session's cached_tokens "
+            f"and the engine's used_tokens are {seen}, not {end} each (a position or count kept in too narrow "
+            "an integer?)")
+        fed, last = end, out.token
+
+    for boundary in LONG_SESSION_BOUNDARIES:
+        if boundary + 1 > longest:
+            break
+        if boundary - 1 > fed:
+            grown("prefill", fed, boundary - 1)
+        grown("decode", boundary - 1, boundary)
+        grown("decode", boundary, boundary + 1)
+    whole = answered(lambda: factory(SPEC, seed=3).prefill(TokenBundle("whole", 0, 0, tuple(history[:fed]))),
+                     f"one prefill of {fed} positions")
+    assert Judge(factory).token_ok(SPEC, 3, history[:fed], whole.token, last), (
+        f"after {fed} positions fed in pieces the session's token is {last}; one prefill of the same history "
+        f"answers {whole.token}")
+
+
 #: Every check of this module, in the order ``fakeshard check`` runs them.
 ENGINE_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_new_engine, check_defaults, check_capacity_edges, check_capacity_without_faults, check_replace_faults,
     check_factory_arguments,
-    check_bad_close, check_pipeline, check_pipeline_answers, check_pipeline_evidence_class,
+    check_bad_close, check_pipeline, check_pipeline_answers, check_pipeline_evidence_class, check_long_session,
 )
 
 #: The checks of a node's own HTTP layer (keep-alive and pipelining, ``HEAD``, ``405`` with
