@@ -64,6 +64,24 @@ def test_virtual_time_moves_only_to_the_next_timer():
     assert end == pytest.approx(102.5)
 
 
+def test_the_virtual_time_loop_and_its_deadlock_are_the_kits_public_names():
+    # The contract names them for a user's own async tests: an hour passes without a wall second.
+    from fakeshard.testing import Deadlock as PublicDeadlock
+    from fakeshard.testing import VirtualTimeLoop
+
+    loop = VirtualTimeLoop()
+
+    async def main():
+        await asyncio.sleep(3600)
+        return loop.time()
+
+    try:
+        assert loop.run_until_complete(main()) == 3600.0
+    finally:
+        loop.close()
+    assert PublicDeadlock is Deadlock
+
+
 def test_a_loop_where_everything_waits_forever_is_a_deadlock_not_a_hang():
     async def main():
         await asyncio.Event().wait()
