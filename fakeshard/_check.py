@@ -30,6 +30,7 @@ from typing import Any, Optional, TextIO
 
 from fakeshard._factory import FactoryError, evidence_class_of, load_factory
 from fakeshard._text import text_table
+from fakeshard.testing import _catalogue as catalogue
 
 __all__ = [
     "CheckError",
@@ -44,18 +45,10 @@ __all__ = [
     "work_dir",
 ]
 
-#: The machines that test an engine; a campaign of all of them makes the probe requirement.
-ENGINE_MACHINES = ("sessions", "faults", "failover", "surface", "parallel")
-#: The machines that test a coordinator: one call at a time (``coordinator``), and an async one
-#: with many sessions in flight over a cluster under a nemesis (``concurrent``).
-COORDINATOR_MACHINES = ("coordinator", "concurrent")
-#: Every machine a campaign runs by default.
-MACHINES = ENGINE_MACHINES + COORDINATOR_MACHINES
-#: The machine that tests a coordinator program (``--coordinator-cmd``): the concurrent
-#: machine's scenarios over served nodes, in real time.
-PROGRAM_MACHINE = "program"
-#: Every machine there is.
-ALL_MACHINES = MACHINES + (PROGRAM_MACHINE,)
+# The kit's machines, as its catalogue lists them (the harness layer, fakeshard.testing._catalogue).
+ENGINE_MACHINES, COORDINATOR_MACHINES, MACHINES = catalogue.ENGINE_MACHINES, catalogue.COORDINATOR_MACHINES, \
+    catalogue.MACHINES
+PROGRAM_MACHINE, ALL_MACHINES = catalogue.PROGRAM_MACHINE, catalogue.ALL_MACHINES
 PROFILES = ("dev", "ci", "thorough")
 _PROFILE_EXAMPLES = {"dev": 40, "ci": 500, "thorough": 2000}
 #: What the machines' coverage leaves out: the kit itself and the strategies for users' own
@@ -216,6 +209,12 @@ def _need_serve(why: str) -> None:
                          "python3 -m pip install 'fakeshard[serve]' (in a checkout: pip install -e '.[serve]')")
 
 
+def _refuse(problem: Optional[str]) -> None:
+    """A usage error for what the kit's catalogue found wrong with an option (``None``: nothing)."""
+    if problem is not None:
+        raise CheckError(problem)
+
+
 def _validate(options: CheckOptions) -> tuple[str, Any]:
     _need_kit()
     if options.coordinator_cmd is not None or PROGRAM_MACHINE in options.machines:
@@ -223,28 +222,14 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     if options.profile not in PROFILES:
         raise CheckError(f"--profile must be one of {', '.join(PROFILES)}, got {options.profile!r}")
     if options.known_failing is not None:
-        from fakeshard.testing._known import KnownFailingError, check_names, read_known_failing
-
-        try:
-            unknown = sorted(read_known_failing(options.known_failing) - check_names())
-        except KnownFailingError as exc:
-            raise CheckError(str(exc)) from None
-        if unknown:
-            raise CheckError(f"--known-failing {options.known_failing} names what check does not run: "
-                             f"{', '.join(unknown)} (it runs the machines {', '.join(ALL_MACHINES)} and the "
-                             "checks of fakeshard.testing.checks)")
+        _refuse(catalogue.known_failing_problem(options.known_failing))
     unknown = [m for m in options.machines if m not in ALL_MACHINES]
     if unknown or not options.machines:
         raise CheckError(f"--machines takes a comma-separated subset of {', '.join(ALL_MACHINES)}, "
                          f"got {','.join(options.machines) or 'nothing'}")
     if PROGRAM_MACHINE in options.machines and options.coordinator_cmd is None:
         raise CheckError("the program machine runs a coordinator program: give it with --coordinator-cmd")
-    if options.coordinator_cmd is not None:
-        from fakeshard.testing._program import command_problem
-
-        problem = command_problem(options.coordinator_cmd)
-        if problem is not None:
-            raise CheckError(problem)
+    _refuse(catalogue.program_problem(options.coordinator_cmd, options.request_timeout))
     for name in ("examples", "steps"):
         value = getattr(options, name)
         if value is not None and value < 1:
@@ -257,43 +242,14 @@ def _validate(options: CheckOptions) -> tuple[str, Any]:
     share = options.availability
     if share is not None and not 0.0 <= share <= 1.0:
         raise CheckError(f"--availability is a share from 0 to 1, got {share}")
-    if options.request_timeout is not None:
-        from fakeshard.testing._program import request_timeout_problem
-
-        problem = request_timeout_problem(options.request_timeout)
-        if problem is not None:
-            raise CheckError(problem)
     if options.database:
-        from fakeshard.testing._database import DatabaseError, example_database
-
-        if options.profile == "ci":
-            raise CheckError("--database needs a randomized profile: ci is derandomized and uses no "
-                             "database; use --profile thorough (or dev) and a --seed per host")
-        try:
-            example_database(options.database, check=True)
-        except DatabaseError as exc:
-            raise CheckError(str(exc)) from None
+        _refuse(catalogue.database_problem(options.database, options.profile))
     try:
         factory = load_factory(options.engine)
     except FactoryError as exc:
         raise CheckError(str(exc)) from None
     if options.coordinator is not None:
-        from fakeshard.testing._coordinator_machine import CoordinatorError, load_coordinator
-
-        try:
-            made = load_coordinator(options.coordinator)
-        except CoordinatorError as exc:
-            raise CheckError(str(exc)) from None
-        from fakeshard.testing._concurrent import builds_async
-
-        # Each coordinator machine tests one kind of coordinator and the kit's reference in place
-        # of the other: asked for only the other machine, a campaign would test no coordinator of
-        # the user's and pass.
-        kind, tester = ("an async", "concurrent") if builds_async(made) else ("a synchronous", "coordinator")
-        if tester not in options.machines and set(COORDINATOR_MACHINES) & set(options.machines):
-            raise CheckError(f"coordinator factory {options.coordinator!r} builds {kind} coordinator, which the "
-                             f"{tester} machine tests; this campaign does not run it (its machines: "
-                             f"{','.join(options.machines)})")
+        _refuse(catalogue.coordinator_problem(options.coordinator, options.machines))
     try:
         # A factory that builds no engine (a host refusing the kit's first node) is a usage error.
         evidence_class = evidence_class_of(factory)
@@ -391,16 +347,7 @@ def _examples_of(machine: str, options: CheckOptions) -> int:
     """The examples ``machine`` runs in the campaign ``options`` asks for (a campaign of many
     sessions runs fewer, each a whole scenario; the parallel machine half, each program run
     several times): the progress bar's share of it."""
-    examples = options.examples or _PROFILE_EXAMPLES[options.profile]
-    if machine in ("concurrent", PROGRAM_MACHINE):
-        from fakeshard.testing._concurrent import scenarios_for, targeted
-        from fakeshard.testing._program import program_scenarios_for
-
-        drawn = scenarios_for(examples) if machine == "concurrent" else program_scenarios_for(examples)
-        return len(targeted()) + drawn  # the targeted scenarios run first, then the drawn ones
-    if machine == "parallel":
-        return max(examples // 2, 4)  # fakeshard.testing._parallel.ParallelConfig
-    return examples
+    return catalogue.examples_of(machine, options.examples or _PROFILE_EXAMPLES[options.profile])
 
 
 def _bar(p: dict[str, Any], width: int = 24) -> str:
@@ -512,14 +459,7 @@ def _run_check(options: CheckOptions, stream: TextIO) -> CheckResult:
     result.machines.sort(key=lambda m: ALL_MACHINES.index(m["machine"]))
     for m in result.machines:
         result.probes.update(m["probes"])
-    from fakeshard.testing import _probes as probes
-    from fakeshard.testing._lengths import longest_of
-
-    result.longest = longest_of(factory)
-    from fakeshard._layer import fault_kinds_of
-
-    result.missing_probes = probes.missing(result.probes, result.longest, fault_kinds_of(factory))
-    result.impossible_probes = probes.impossible(result.probes)
+    result.longest, result.missing_probes, result.impossible_probes = catalogue.probe_gaps(result.probes, factory)
     result.probes_required = full_ci(options)
     result.coverage = _coverage_reports(out, rc) if rc is not None else {}
     return result
@@ -567,13 +507,8 @@ _SITUATION_MACHINES = ("coordinator", "concurrent", PROGRAM_MACHINE)
 _UNCOUNTED = ("surface",)
 
 
-def own_probes(machine: str, required: frozenset[str]) -> frozenset[str]:
-    """What a machine is counted against: a coordinator machine its own situations, an engine
-    machine the probes ``required``."""
-    from fakeshard.testing._probes import COORDINATOR_SITUATIONS, PROGRAM_SITUATIONS, SITUATIONS
-
-    return frozenset({"concurrent": SITUATIONS, PROGRAM_MACHINE: PROGRAM_SITUATIONS,
-                      "coordinator": COORDINATOR_SITUATIONS}.get(machine, required))
+own_probes = catalogue.own_probes
+required_probes = catalogue.required_probes
 
 
 def _fired(probes: Counter[str] | dict[str, int], prefix: str) -> list[str]:
@@ -583,8 +518,8 @@ def _fired(probes: Counter[str] | dict[str, int], prefix: str) -> list[str]:
 def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
     """The campaign's results, a row per machine (:data:`SUMMARY_HEADER`)."""
     from fakeshard._errors import ERROR_CODES
-    from fakeshard.testing._probes import _FAULT_KINDS
 
+    kinds = catalogue.fault_kinds()
     required = required_probes(result.longest)
     rows: list[tuple[str, ...]] = []
     for m in result.machines:
@@ -598,7 +533,7 @@ def summary_rows(result: CheckResult) -> list[tuple[str, ...]]:
         outcome = (f"known failing ({traces})" if known else f"FAILED ({traces})") if m["failed"] else \
             "PASSED, listed as known failing" if known else "passed"
         rows.append((m["machine"], str(m["runs"]), str(m["steps"]), probe_cell, situation_cell,
-                     f"{len(_fired(probes, 'fault:'))}/{len(_FAULT_KINDS)}",
+                     f"{len(_fired(probes, 'fault:'))}/{len(kinds)}",
                      f"{len(_fired(probes, 'code:'))}/{len(ERROR_CODES)}", outcome))
     return rows
 
@@ -705,11 +640,3 @@ def summary_json(result: CheckResult) -> dict[str, Any]:
         "probes_required": result.probes_required, "missing_probes": list(result.missing_probes),
         "machines": machines,
     }
-
-
-def required_probes(longest: Optional[int] = None) -> frozenset[str]:
-    """The probes a full ci campaign must reach (``fakeshard.testing._probes.REQUIRED``), of an
-    engine whose prompts stop at ``longest`` positions (``None``: the machines' longest)."""
-    from fakeshard.testing import _probes as probes
-
-    return probes.required() if longest is None else probes.required(longest)

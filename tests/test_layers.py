@@ -24,7 +24,8 @@ LAYERS: dict[str, set[str]] = {
     "page": {"_view", "_save"},
     "engine machines": {"_runner", "_machines", "_failover", "_surface", "_parallel", "checks"},
     "coordinator world": {"_sim", "_coordinator_machine", "_concurrent", "_program"},
-    "harness": {"_replay", "_history", "_reports", "_registry", "_regress", "_known", "_campaign", "plugin", "suite"},
+    "harness": {"_replay", "_history", "_reports", "_registry", "_regress", "_known", "_campaign", "_catalogue",
+                "plugin", "suite"},
 }
 #: The core's modules that run the kit (the command line's ``check`` and ``replay``).
 CORE_RUNS_THE_KIT = {"fakeshard._cli", "fakeshard._check"}

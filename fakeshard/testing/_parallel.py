@@ -346,6 +346,12 @@ def shrink(factory: Callable[..., Any], spec: ShardSpec, program: Program, found
     return program, found[0], found[1]
 
 
+def examples_for(max_examples: int) -> int:
+    """The programs a campaign of a profile of ``max_examples`` examples runs: half, at least four
+    (each program runs several times: its linearizations are searched, and it is repeated)."""
+    return max(max_examples // 2, 4)
+
+
 @dataclass
 class ParallelConfig:
     """How big a campaign is; by default from the loaded Hypothesis profile."""
@@ -356,7 +362,7 @@ class ParallelConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ParallelConfig":
-        return cls(programs=max(settings.max_examples // 2, 4),
+        return cls(programs=examples_for(settings.max_examples),
                    branch_calls=max(min(settings.stateful_step_count // 8, 10), 3), repeats=12)
 
 
