@@ -75,6 +75,7 @@ from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._draws import draw_one
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_count, tokens_of
 from fakeshard.testing._machines import FinishingMachine, fit_malformed, now_and_then, seeded_runs, spread, wide
 from fakeshard.testing._reference_coordinator import Coordinator, GaveUp
@@ -555,18 +556,18 @@ class CoordinatorMachine(FinishingMachine):
                                               seeded_runs))
     def start(self, data: st.DataObject, prompt: Any) -> None:
         prompt = capped(prompt, self.longest)
-        sid = data.draw(st.sampled_from(self._sessions(open_=False)))
+        sid = draw_one(data, self._sessions(open_=False))
         self._run({"op": "start", "session_id": sid, "prompt": prompt})
 
     @precondition(lambda self: bool(self._growing()))
     @rule(data=st.data())
     def next_token(self, data: st.DataObject) -> None:
-        self._run({"op": "next", "session_id": data.draw(st.sampled_from(self._growing()))})
+        self._run({"op": "next", "session_id": draw_one(data, self._growing())})
 
     @precondition(lambda self: bool(self._sessions(open_=True)))
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
-        self._run({"op": "release", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+        self._run({"op": "release", "session_id": draw_one(data, self._sessions(open_=True))})
 
     @precondition(lambda self: self.runner is not None and self.crashes < MAX_CRASHES
                   and hasattr(self.runner.engines[0], "crash"))

@@ -32,6 +32,7 @@ from fakeshard import (
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
 from fakeshard.testing import _probes as probes
+from fakeshard.testing._draws import draw_one
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, tokens_of
 from fakeshard.testing._machines import FinishingMachine, fit_malformed, now_and_then, seeded_runs, wide
 from fakeshard.testing._reference_coordinator import LINK_FORMS, Coordinator, WireLink
@@ -234,15 +235,15 @@ class FailoverMachine(FinishingMachine):
     @rule(data=st.data(), prompt=now_and_then(st.lists(st.integers(0, 63), min_size=1, max_size=6), seeded_runs))
     def start(self, data: st.DataObject, prompt: Any) -> None:
         prompt = capped(prompt, self.longest)
-        sid = data.draw(st.sampled_from(self._sessions(open_=False)))
+        sid = draw_one(data, self._sessions(open_=False))
         self._run({"op": "start", "session_id": sid, "prompt": prompt})
 
     @precondition(lambda self: bool(self._sessions(open_=True)))
     @rule(data=st.data())
     def next_token(self, data: st.DataObject) -> None:
-        self._run({"op": "next", "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+        self._run({"op": "next", "session_id": draw_one(data, self._sessions(open_=True))})
 
     @precondition(lambda self: bool(self._sessions(open_=True)))
     @rule(data=st.data(), op=st.sampled_from(["release", "release", "cancel"]))
     def release(self, data: st.DataObject, op: str) -> None:
-        self._run({"op": op, "session_id": data.draw(st.sampled_from(self._sessions(open_=True)))})
+        self._run({"op": op, "session_id": draw_one(data, self._sessions(open_=True))})
