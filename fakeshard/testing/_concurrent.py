@@ -82,6 +82,8 @@ from fakeshard.testing._sim import (
     LoopClock,
     Nemesis,
     World,
+    held_words,
+    holds,
     is_async_coordinator,
     new_loop,
 )
@@ -751,9 +753,8 @@ class _Runner:
             if node.removed or node.partition is not None or node.index in unreachable:
                 continue
             view = self.world.view(node, sid)
-            if view is not None and view.epoch > floor and (view.status == "live" or view.cached_tokens):
-                parts.append(f"node {node.name} holds it {view.status} at epoch {view.epoch} "
-                             f"with {view.cached_tokens} cached positions")
+            if holds(view) and view.epoch > floor:
+                parts.append(held_words(node.name, view))
         return "; ".join(parts)
 
     def _final(self) -> None:
@@ -779,7 +780,7 @@ class _Runner:
         parts = []
         for sid in self.sessions_seen(node):
             view = self.world.view(node, sid)
-            if view is not None and (view.status == "live" or view.cached_tokens):
+            if holds(view):
                 opened = "" if sid in self.floor else ", a session no client opened"
                 parts.append(f"session {sid!r} {view.status} at epoch {view.epoch} with {view.cached_tokens} "
                              f"cached positions{opened}")

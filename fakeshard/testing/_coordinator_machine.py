@@ -85,6 +85,8 @@ from fakeshard.testing._sim import (
     breaks_contract,
     fault_count,
     fired_since,
+    held_words,
+    holds,
     is_async_coordinator,
 )
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
@@ -464,9 +466,8 @@ class CoordinatorRunner:
         parts = []
         for node in self.nodes:
             view = node.session(sid)
-            if view is not None and (view.status == "live" or view.cached_tokens):
-                parts.append(f"node {node.index} holds it {view.status} at epoch {view.epoch} "
-                             f"with {view.cached_tokens} cached positions")
+            if holds(view):
+                parts.append(held_words(node.index, view))
         return "; ".join(parts)
 
     def finish(self) -> None:

@@ -65,6 +65,18 @@ def ranges(stages: int, layers_per_stage: int = 2) -> list[tuple[int, int]]:
     return [(i * layers_per_stage, (i + 1) * layers_per_stage) for i in range(stages)]
 
 
+def holds(view: Any) -> bool:
+    """Whether a node's view of a session (``None``: it knows none) holds anything of it: live
+    state, or cached positions. A released or cancelled session's tombstone holds neither. The
+    one definition of "still held" that the coordinator machines' release and leak checks judge by."""
+    return view is not None and (view.status == "live" or bool(view.cached_tokens))
+
+
+def held_words(node: Any, view: Any) -> str:
+    """What node ``node`` (its name or index) holds of a session, in words."""
+    return f"node {node} holds it {view.status} at epoch {view.epoch} with {view.cached_tokens} cached positions"
+
+
 class Deadlock(RuntimeError):
     """Every task waits, and no timer is set: on virtual time nothing can ever happen again."""
 
