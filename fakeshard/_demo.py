@@ -19,13 +19,14 @@ from fakeshard._errors import EngineCrashed, ShardError
 from fakeshard._faults import Crash, Delay, DropResponse, FaultPlan, FaultRule
 from fakeshard._pipeline import Pipeline
 from fakeshard._text import text_table
+from fakeshard._topology import stage_ranges
 
 __all__ = ["run_demo"]
 
 SPEC = ShardSpec("demo-llm", n_layers=6, start_layer=0, end_layer=6)
 PROMPTS = {"alice": (11, 12, 13, 14), "bob": (21, 22)}
 NEW_TOKENS = 4
-RANGES = ((0, 2), (2, 4), (4, 6))
+RANGES = stage_ranges(3)
 
 
 def _plans() -> dict[str, FaultPlan]:

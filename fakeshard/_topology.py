@@ -34,6 +34,12 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_LATENCY = 60
 
 
+def stage_ranges(stages: int, layers_per_stage: int = 2) -> tuple[tuple[int, int], ...]:
+    """The layer range of each stage of a model cut into ``stages`` stages of ``layers_per_stage``
+    layers: the kit's clusters (three stages of two layers: ``(0, 2), (2, 4), (4, 6)``)."""
+    return tuple((i * layers_per_stage, (i + 1) * layers_per_stage) for i in range(stages))
+
+
 class TopologyError(ValueError):
     """A topology that cannot be run; the message names the field."""
 

@@ -74,6 +74,7 @@ from fakeshard import (
 from fakeshard._factory import import_callable
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
+from fakeshard._topology import stage_ranges
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._draws import draw_one
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, token_count, tokens_of
@@ -105,7 +106,7 @@ __all__ = [
 ]
 
 SPEC = ShardSpec("coordinator-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
-RANGES = ((0, 2), (2, 4), (4, 6))
+RANGES = stage_ranges(3)
 #: Engines per stage: the initial route's and one spare.
 PER_STAGE = 2
 SIDS = ("p", "q", "r")

@@ -31,6 +31,7 @@ from fakeshard import (
 )
 from fakeshard._faults import MALFORMED_KINDS
 from fakeshard._judge import Judge
+from fakeshard._topology import stage_ranges
 from fakeshard.testing import _probes as probes
 from fakeshard.testing._draws import draw_one
 from fakeshard.testing._lengths import MANY_HOPS, capped, longest_prompt, tokens_of
@@ -40,7 +41,7 @@ from fakeshard.testing._runner import Divergence, InvalidStep, ReferenceStreams,
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 
 SPEC = ShardSpec("failover-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=4, vocab_size=64)
-RANGES = ((0, 2), (2, 4), (4, 6))
+RANGES = stage_ranges(3)
 SPARES_PER_STAGE = 1
 N_NODES = len(RANGES) * (1 + SPARES_PER_STAGE)
 SIDS = ("p", "q", "r")

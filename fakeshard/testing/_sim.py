@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional
 from fakeshard import EngineCrashed, FaultPlan, ResponseLost, ShardError, ShardSpec
 from fakeshard._clock import _check_seconds
 from fakeshard._pipeline import answer_problem
+from fakeshard._topology import stage_ranges
 
 __all__ = ["FAULT_OUTCOMES", "NETWORK_FAULT_OUTCOMES", "NODE_FAULT_OUTCOMES", "AsyncNode", "Call", "Deadlock",
            "LoopClock", "Nemesis", "NemesisWorld", "SimNode", "VirtualTimeLoop", "World", "is_async_coordinator",
@@ -60,9 +61,8 @@ NETWORK_FAULT_OUTCOMES = frozenset({"refused", "hung", "crashed_mid_call", "rese
 FAULT_OUTCOMES = NODE_FAULT_OUTCOMES | NETWORK_FAULT_OUTCOMES
 
 
-def ranges(stages: int, layers_per_stage: int = 2) -> list[tuple[int, int]]:
-    """The layer range of each stage of a cluster of ``stages`` stages."""
-    return [(i * layers_per_stage, (i + 1) * layers_per_stage) for i in range(stages)]
+#: The layer range of each stage of a cluster of ``stages`` stages (one definition, the core's).
+ranges = stage_ranges
 
 
 def holds(view: Any) -> bool:

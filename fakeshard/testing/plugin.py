@@ -43,6 +43,7 @@ from fakeshard._factory import (
 )
 from fakeshard._layer import fault_kinds_of
 from fakeshard._pipeline import Pipeline
+from fakeshard._topology import stage_ranges
 from fakeshard.testing._http_checks import makes_http_nodes
 from fakeshard.testing._known import KnownFailingError, case_name, read_known_failing
 
@@ -54,7 +55,7 @@ PROGRAM_ENV_VAR = "FAKESHARD_COORDINATOR_CMD"
 DEFAULT_COORDINATOR = "fakeshard.testing:reference"
 #: The model of the ``fake_pipeline`` and ``cluster`` fixtures: six layers over three stages.
 PIPELINE_SPEC = ShardSpec("plugin-model", n_layers=6, start_layer=0, end_layer=6, hidden_size=8, vocab_size=64)
-STAGE_RANGES = ((0, 2), (2, 4), (4, 6))
+STAGE_RANGES = stage_ranges(3)
 
 MARKERS = (
     "fixture: a result on an engine whose evidence_class is 'fixture' (not certification)",
