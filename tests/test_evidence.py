@@ -44,6 +44,28 @@ def test_an_engine_page_gives_its_commands_from_the_root_and_its_environment():
     assert "**fixture evidence**" in text and "real-model certification" in text
 
 
+def test_a_hosts_evidence_names_the_host_who_applied_the_faults_and_how_it_was_judged():
+    import dataclasses
+    import html
+
+    from tools.evidence import _engine_args, render_page
+
+    result = _result("fakeshard.remote:attached_engine", "real-model", ("sessions",))
+    result.options = dataclasses.replace(result.options, engine_cmd="./my-host --port 0")
+    result.faults_applied_by = "the kit, in front of the host's nodes"
+    result.judged_by = "within tolerance 0.001, near ties by the host's logits, by the contract alone"
+    text = render(result, root=ROOT, base=None, argv=["--engine-cmd", "./my-host --port 0"],
+                  suite=([sys.executable, "-m", "pytest", "tests"], 0, "440 passed"))
+    assert "the host started by `./my-host --port 0`" in text and "**real-model evidence**" in text
+    said = ("Faults applied by the kit, in front of the host's nodes. Judged within tolerance 0.001, near ties "
+            "by the host's logits, by the contract alone.")
+    assert said in text and said in html.unescape(render_page(result, root=ROOT, argv=[]))
+    # The contract suite runs on the same host, started by the plugin as check started it.
+    assert _engine_args(result.options) == ["--engine-cmd=./my-host --port 0"]
+    assert "Faults applied by" not in render(_result("fakeshard:FakeShardEngine", "fixture", ("sessions",)),
+                                             root=ROOT, base=None, argv=[], suite=([], 0, "ok"))
+
+
 def test_a_coordinator_page_has_the_same_commands_and_environment_sections():
     result = _result("fakeshard:FakeShardEngine", "fixture", ("coordinator",), returncode=1)
     text = render_coordinator(result, root=ROOT, argv=["--machines", "coordinator"])

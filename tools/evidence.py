@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
 
+from fakeshard._check import ATTACHED_FACTORY as ATTACHED
 from fakeshard._check import CheckOptions, CheckResult, run_check, work_dir
 from planted.engines import BUGS
 
@@ -53,13 +54,32 @@ def version(name: str) -> str:
 NOT_RUN = -1
 
 
-def _contract_suite(root: Path, engine: str) -> tuple[list[str], int, str]:
-    """The checkout's contract suite (``tests/``) on ``engine``; from an installed package,
-    which holds no ``tests/``, it is recorded as not run."""
+def _engine_args(options: CheckOptions) -> list[str]:
+    """How pytest is told the engine the campaign ran on: a factory, or the host's command or URL
+    (the plugin starts or reaches the host as ``check`` did)."""
+    if options.engine_cmd is not None:
+        return [f"--engine-cmd={options.engine_cmd}"]
+    if options.engine_url is not None:
+        return [f"--engine-url={options.engine_url}"]
+    return [f"--engine={options.engine}"]
+
+
+def _engine_cell(options: CheckOptions) -> str:
+    """The engine under test, as the evidence names it: its factory, or its host."""
+    if options.engine_cmd is not None:
+        return f"the host started by `{options.engine_cmd}` (its nodes, through `{ATTACHED}`)"
+    if options.engine_url is not None:
+        return f"the host at `{options.engine_url}` (its nodes, through `{ATTACHED}`)"
+    return f"`{options.engine}`"
+
+
+def _contract_suite(root: Path, options: CheckOptions) -> tuple[list[str], int, str]:
+    """The checkout's contract suite (``tests/``) on the campaign's engine; from an installed
+    package, which holds no ``tests/``, it is recorded as not run."""
     if not (root / "tests" / "test_sessions.py").is_file():
         return [], NOT_RUN, "not run: the contract suite (tests/) is in the fakeshard source checkout"
     cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
-           "--hypothesis-profile=ci", f"--engine={engine}", "-m", "fixture or real_model"]
+           "--hypothesis-profile=ci", *_engine_args(options), "-m", "fixture or real_model"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     return ["python3"] + cmd[1:], proc.returncode, lines[-1] if lines else "(no output)"
@@ -98,7 +118,7 @@ def write_evidence(options: CheckOptions, *, dest: Optional[Path] = None, base: 
     if tuple(options.machines) == ("coordinator",):
         return _write_coordinator_evidence(options, root=root, dest=dest, argv=argv or sys.argv[1:])
     result = run_check(options)
-    suite_cmd, suite_rc, suite_line = _contract_suite(root, options.engine)
+    suite_cmd, suite_rc, suite_line = _contract_suite(root, options)
     dest = dest if dest is not None else EVIDENCE_ROOT / result.evidence_class
     dest = dest if dest.is_absolute() else root / dest
     dest.mkdir(parents=True, exist_ok=True)
@@ -187,7 +207,7 @@ def render_page(result: CheckResult, *, root: Path, argv: list[str], coverage_js
         required=len(required), probes=probes,
         faults=[{"label": k, "value": n} for k, n in sorted(faults.items())],
         coverage=coverage, coverage_total=f"{result.coverage.get('branch_percent', 0):.1f}% of branches",
-        catch=catch)
+        catch=catch, host=" ".join(_host_lines(result)).strip())
 
 
 def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> str:
@@ -265,6 +285,15 @@ def render_coordinator(result: CheckResult, *, root: Path, argv: list[str]) -> s
     ])
 
 
+def _host_lines(result: CheckResult) -> list[str]:
+    """For an engine host: who applied the fault plans (its nodes, or the kit in front of them)
+    and how its nodes were judged (what it states in ``GET /v1/judging``); else nothing."""
+    if result.faults_applied_by is None and result.judged_by is None:
+        return []
+    return [f"Faults applied by {result.faults_applied_by}. Judged {result.judged_by}. Faults the kit applies "
+            "judge the engine's answers to their effects, not the engine's own fault code.", ""]
+
+
 def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[str],
            suite: tuple[list[str], int, str]) -> str:
     from fakeshard._check import required_probes
@@ -300,11 +329,12 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "## Evidence class",
         "",
         _table(("engine factory", "evidence class", "what it is"),
-               [(f"`{o.engine}`", f"`{result.evidence_class}`",
+               [(_engine_cell(o), f"`{result.evidence_class}`",
                  "fixture: deterministic fake" if fixture else "real model weights")]),
         "",
         kind,
         "",
+        *_host_lines(result),
         *_commands(argv, [result.command] + ([suite_cmd] if suite_cmd else []), here),
         _table(("run", "result"), [
             ("state-machine campaign (pytest exit code)", f"{result.returncode} "
