@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence, TextIO
 
 if TYPE_CHECKING:
-    from fakeshard._check import CheckOptions
+    from fakeshard._check import CheckOptions, CheckResult
 
 __all__ = ["add_campaign_options", "campaign_options", "main", "parser"]
 
@@ -189,25 +189,32 @@ def _env_path(name: str) -> "Path | None":
 def _check(args: argparse.Namespace) -> int:
     import json
 
-    from fakeshard._check import (
-        engine_label,
-        required_probes,
-        run_check,
-        summary_json,
-        summary_table,
-        what_was_tested,
-    )
+    from fakeshard._check import run_check, summary_json, summary_table, what_was_tested
 
     result = run_check(campaign_options(args))
     out = sys.stdout
     out.write(summary_table(result) + "\n\n")
+    _check_header(out, result)
+    out.write(what_was_tested(result) + "\n")
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(summary_json(result), indent=2) + "\n", encoding="utf-8")
+        out.write(f"summary written to {args.json_out}\n")
+    return _check_verdict(out, result)
+
+
+def _check_header(out: TextIO, result: "CheckResult") -> None:
+    """What ran, on what, how it was judged, the probes reached, the coverage and the time."""
+    from fakeshard._check import engine_label, required_probes
+
     out.write(f"engine: {engine_label(result.options)} (evidence class: {result.evidence_class}"
               f"{'; fixture evidence, not real-model certification' if result.evidence_class == 'fixture' else ''})\n")
     if result.faults_applied_by is not None:
         out.write(f"faults applied by: {result.faults_applied_by}\n")
     if result.judged_by is not None:
         out.write(f"judged: {result.judged_by}\n")
-    required = required_probes()
+    # Of the probes the engine's lengths allow (a real model's shorter prompts reach fewer).
+    required = required_probes(result.longest)
     if result.probes_required:  # a whole ci campaign of the engine machines (check.full_ci)
         unreached = f"; unreached: {', '.join(result.missing_probes)}" if result.missing_probes else ""
     else:
@@ -220,11 +227,10 @@ def _check(args: argparse.Namespace) -> int:
                   f"({c['covered_branches']}/{c['branches']}), {c['percent']:.1f}% combined; "
                   f"reports: {c['json']}, {c['html']}\n")
     out.write(f"elapsed: {result.elapsed:.1f}s\n")
-    out.write(what_was_tested(result) + "\n")
-    if args.json_out is not None:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(summary_json(result), indent=2) + "\n", encoding="utf-8")
-        out.write(f"summary written to {args.json_out}\n")
+
+
+def _check_verdict(out: TextIO, result: "CheckResult") -> int:
+    """Each reason the campaign failed, in words; its exit status (0 passed, 1 failed)."""
     status = 0
     if result.failed:
         passing = result.known_passed
