@@ -598,3 +598,15 @@ def test_a_campaign_total_adds_up_every_count_of_its_runs():
     assert total.without_effect == ["crash of n1 at t=2"]
     assert total.quiet_faults == Counter({"Delay": 3, "Malformed": 1})
     assert any("nemesis events with no effect" in n for n in total.notes())
+
+
+def test_a_campaign_below_the_availability_asked_for_fails_saying_its_share():
+    # Both campaigns of many sessions (in process and a program's) judge --availability by this rule.
+    from fakeshard.testing._concurrent import ConcurrentFailure, Run, check_availability
+
+    total = Run(next_requests=8, answered=6)
+    assert check_availability(total, None) is total and check_availability(total, 0.75) is total
+    with pytest.raises(ConcurrentFailure, match=r"availability 0\.750 \(6 of 8 next_token requests answered\) "
+                                                r"is below 0\.8"):
+        check_availability(total, 0.8)
+    assert check_availability(Run(), 1.0).availability == 1.0  # no request: nothing to answer

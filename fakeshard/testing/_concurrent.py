@@ -1059,10 +1059,7 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
 
     search_until_found(search, found, seed)
     if not found:
-        if availability is not None and total.availability < availability:
-            raise ConcurrentFailure(f"availability {total.availability:.3f} ({total.answered} of "
-                                    f"{total.next_requests} next_token requests answered) is below {availability}")
-        return total
+        return check_availability(total, availability)
     scenario, run = found[0]
     if reduce_failure is None:
         reduce_failure = profiles.reduces_failures()
@@ -1079,6 +1076,15 @@ def run_concurrent(config: Any, *, settings: Any = None, save_dir: Any = None, s
         message += f"\nfakeshard: trace saved to {path}"
     config.last_failure = trace
     raise ConcurrentFailure(message, trace)
+
+
+def check_availability(total: Run, availability: Optional[float]) -> Run:
+    """``total``, a campaign's runs summed, unless its share of answered ``next_token`` requests is
+    below ``availability`` (``None``: not judged): then :class:`ConcurrentFailure` saying so."""
+    if availability is not None and total.availability < availability:
+        raise ConcurrentFailure(f"availability {total.availability:.3f} ({total.answered} of "
+                                f"{total.next_requests} next_token requests answered) is below {availability}")
+    return total
 
 
 def coordinator_of(config: Any) -> tuple[Callable[..., Any], str]:

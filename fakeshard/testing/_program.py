@@ -44,7 +44,7 @@ import signal
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 from urllib.parse import quote
 
 from fakeshard import ShardSpec, wire
@@ -56,6 +56,7 @@ from fakeshard.testing._concurrent import (
     Scenario,
     _Failed,
     _Runner,
+    check_availability,
     probes_of,
     reduce,
     scenarios,
@@ -897,7 +898,6 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
     from hypothesis import HealthCheck, Phase, given
     from hypothesis import settings as Settings
 
-    from fakeshard.testing import _profiles as profiles
     from fakeshard.testing._draws import search_until_found
 
     total = Run()
@@ -930,11 +930,19 @@ def _campaign(config: Any, command: str, settings: Any, program: ProgramSettings
 
     search_until_found(search, found, seed)
     if not found:
-        if availability is not None and total.availability < availability:
-            raise ConcurrentFailure(f"availability {total.availability:.3f} ({total.answered} of "
-                                    f"{total.next_requests} next_token requests answered) is below {availability}")
-        return total
+        return check_availability(total, availability)
     scenario, run = found[0]
+    _report_failure(config, command, program, save_dir, reduce_failure, scenario, run, once, last_log)
+
+
+def _report_failure(config: Any, command: str, program: ProgramSettings, save_dir: Any,
+                    reduce_failure: Optional[bool], scenario: Scenario, run: Run, once: Callable[[Scenario], Run],
+                    last_log: list[Path]) -> NoReturn:
+    """The failure a campaign found in ``run`` of ``scenario``: reduced by re-running candidates
+    (unless the profile says not to), re-run :data:`CONFIRM_RUNS` times to say how often it fails
+    again, saved with the program's log of a failing run, and raised as :class:`ConcurrentFailure`."""
+    from fakeshard.testing import _profiles as profiles
+
     check = run.check
     if reduce_failure is None:
         reduce_failure = profiles.reduces_failures()
