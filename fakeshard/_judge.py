@@ -28,12 +28,16 @@ from typing import Any, Callable, Optional, Sequence
 
 from fakeshard._contract import ShardSpec
 
-__all__ = ["JUDGING_FIELDS", "Judge", "JudgingError", "judging_of", "read_judging", "read_logits"]
+__all__ = ["JUDGING_FIELDS", "MACHINE_SIZES", "Judge", "JudgingError", "judging_of", "read_judging",
+           "read_logits"]
 
 #: What a factory, or a host's ``GET /v1/judging``, states of how its engines are judged and sized:
 #: the tolerance, whether they make the fixture's choices, and the machines' width and lengths.
 JUDGING_FIELDS = ("tolerance", "fixture_choices", "machine_hidden_size", "machine_wide_hidden_size",
                   "machine_max_positions")
+#: The machines' sizes among them: each field, its least value, and whether it may be null.
+MACHINE_SIZES = (("machine_hidden_size", 1, False), ("machine_max_positions", 2, False),
+                 ("machine_wide_hidden_size", 1, True))
 
 
 class JudgingError(ValueError):
@@ -48,7 +52,7 @@ def judging_of(factory: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if hasattr(factory, "tolerance"):
         out["tolerance"] = float(factory.tolerance)
-    for name in JUDGING_FIELDS[2:]:
+    for name, _, _ in MACHINE_SIZES:
         if hasattr(factory, name):
             value = getattr(factory, name)
             out[name] = None if value is None else int(value)
@@ -77,8 +81,7 @@ def read_judging(data: Any) -> dict[str, Any]:
         if not isinstance(data["fixture_choices"], bool):
             raise JudgingError(f"fixture_choices must be true or false, got {data['fixture_choices']!r}")
         out["fixture_choices"] = data["fixture_choices"]
-    for name, least, nullable in (("machine_hidden_size", 1, False), ("machine_max_positions", 2, False),
-                                  ("machine_wide_hidden_size", 1, True)):
+    for name, least, nullable in MACHINE_SIZES:
         if name not in data:
             continue
         value = data[name]

@@ -215,7 +215,7 @@ class _Attached:
 
     def _get(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self.admin._client.request(method, self.admin.control + path, **kwargs)
+            return self.client.request(method, self.admin.control + path, **kwargs)
         except httpx.HTTPError as exc:
             raise HostError(f"host {self.admin.control}: {method} {path} failed: {type(exc).__name__}: {exc}") from None
 
@@ -331,7 +331,7 @@ class AttachedFactory:
 
     def __getattr__(self, name: str) -> Any:
         # The judging attributes a factory may state (fakeshard._judge): those the host states.
-        if name in JUDGING_FIELDS and not name.startswith("_"):
+        if name in JUDGING_FIELDS:
             judging = self._host().judging
             if name in judging:
                 return judging[name]

@@ -29,6 +29,17 @@ from fakeshard.server._http import (
 from fakeshard.server._node import ServedNode
 
 
+def _read_spec(data: Any) -> ShardSpec:
+    """A request body's ``spec`` (``POST /v1/nodes``, ``POST /v1/logits``): ``bad_request`` naming
+    what is wrong with it."""
+    try:
+        if not isinstance(data, dict):
+            raise TypeError("spec must be an object")
+        return ShardSpec(**data)
+    except (TypeError, ValueError) as exc:
+        raise HTTPError("bad_request", f"spec: {exc}") from None
+
+
 class ServedCluster:
     """Nodes and the control listener, on the running event loop."""
 
@@ -154,13 +165,7 @@ class ServedCluster:
         name = data.get("name")
         if name is not None and (not isinstance(name, str) or not NAME_PATTERN.match(name)):
             raise HTTPError("bad_request", f"name must match {NAME_PATTERN.pattern}, got {name!r}")
-        spec_data = data.get("spec")
-        try:
-            if not isinstance(spec_data, dict):
-                raise TypeError("spec must be an object")
-            spec = ShardSpec(**spec_data)
-        except (TypeError, ValueError) as exc:
-            raise HTTPError("bad_request", f"spec: {exc}") from None
+        spec = _read_spec(data.get("spec"))
         node_data = {"name": "x", "start_layer": spec.start_layer, "end_layer": spec.end_layer,
                      **{k: data[k] for k in ("capacity_tokens", "faults", "port") if k in data}}
         seed = data.get("seed", 0)
@@ -262,12 +267,7 @@ class ServedCluster:
         data = read_body_json(await request.read(), "logits")
         if not isinstance(data, dict) or set(data) != {"spec", "seed", "tokens"}:
             raise HTTPError("bad_request", 'the body must be {"spec": {...}, "seed": INT, "tokens": [INT, ...]}')
-        try:
-            if not isinstance(data["spec"], dict):
-                raise TypeError("spec must be an object")
-            spec = ShardSpec(**data["spec"])
-        except (TypeError, ValueError) as exc:
-            raise HTTPError("bad_request", f"spec: {exc}") from None
+        spec = _read_spec(data["spec"])
         seed, tokens = data["seed"], data["tokens"]
         if type(seed) is not int:
             raise HTTPError("bad_request", f"seed must be an integer, got {seed!r}")
