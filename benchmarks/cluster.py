@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fakeshard import FakeShardEngine, FaultPlan, Pipeline, ShardSpec  # noqa: E402
+from fakeshard._topology import stage_ranges  # noqa: E402
 from fakeshard.testing import _sim  # noqa: E402
 from fakeshard.testing._async_coordinator import reference_async  # noqa: E402
 from fakeshard.testing._concurrent import LAYERS_PER_STAGE, Client, Round, Scenario, run_scenario  # noqa: E402
@@ -53,7 +54,7 @@ def plain(sc: Scenario) -> tuple[float, int]:
     spec = ShardSpec("concurrent-model", sc.stages * LAYERS_PER_STAGE, 0, sc.stages * LAYERS_PER_STAGE,
                      hidden_size=sc.hidden_size, vocab_size=64)
     pipe = Pipeline([FakeShardEngine(spec.with_layers(a, b), seed=sc.engine_seed)
-                     for a, b in _sim.ranges(sc.stages, LAYERS_PER_STAGE)])
+                     for a, b in stage_ranges(sc.stages, LAYERS_PER_STAGE)])
     started = time.perf_counter()
     for client in sc.clients:
         for epoch, rnd in enumerate(client.rounds):

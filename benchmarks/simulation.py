@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fakeshard import FakeShardEngine, FaultPlan, Pipeline, ShardSpec  # noqa: E402
+from fakeshard._topology import stage_ranges  # noqa: E402
 from fakeshard.testing._async_coordinator import reference_async  # noqa: E402
 from fakeshard.testing._concurrent import LAYERS_PER_STAGE, Client, Round, Scenario, run_scenario  # noqa: E402
 from fakeshard.testing._lengths import tokens_of  # noqa: E402
-from fakeshard.testing._sim import ranges  # noqa: E402
 
 
 def scenario(clients: int, seed: int) -> Scenario:
@@ -45,7 +45,7 @@ def plain(sc: Scenario) -> int:
     spec = ShardSpec("concurrent-model", sc.stages * LAYERS_PER_STAGE, 0, sc.stages * LAYERS_PER_STAGE,
                      hidden_size=sc.hidden_size, vocab_size=64)
     pipe = Pipeline([FakeShardEngine(spec.with_layers(a, b), seed=sc.seed % 3)
-                     for a, b in ranges(sc.stages, LAYERS_PER_STAGE)])
+                     for a, b in stage_ranges(sc.stages, LAYERS_PER_STAGE)])
     calls = 0
     for client in sc.clients:
         for epoch, rnd in enumerate(client.rounds):

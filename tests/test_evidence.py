@@ -56,7 +56,8 @@ def test_a_hosts_evidence_names_the_host_who_applied_the_faults_and_how_it_was_j
     result.judged_by = "within tolerance 0.001, near ties by the host's logits, by the contract alone"
     text = render(result, root=ROOT, base=None, argv=["--engine-cmd", "./my-host --port 0"],
                   suite=([sys.executable, "-m", "pytest", "tests"], 0, "440 passed"))
-    assert "the host started by `./my-host --port 0`" in text and "**real-model evidence**" in text
+    assert "host started by './my-host --port 0' (its nodes, through fakeshard.remote:attached_engine)" in text
+    assert "**real-model evidence**" in text
     said = ("Faults applied by the kit, in front of the host's nodes. Judged within tolerance 0.001, near ties "
             "by the host's logits, by the contract alone.")
     assert said in text and said in html.unescape(render_page(result, root=ROOT, argv=[]))

@@ -21,8 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
 
-from fakeshard._check import ATTACHED_FACTORY as ATTACHED
-from fakeshard._check import CheckOptions, CheckResult, run_check, work_dir
+from fakeshard._check import CheckOptions, CheckResult, engine_label, run_check, work_dir
 from planted.engines import BUGS
 
 __all__ = ["EVIDENCE_ROOT", "render_page", "write_evidence"]
@@ -62,15 +61,6 @@ def _engine_args(options: CheckOptions) -> list[str]:
     if options.engine_url is not None:
         return [f"--engine-url={options.engine_url}"]
     return [f"--engine={options.engine}"]
-
-
-def _engine_cell(options: CheckOptions) -> str:
-    """The engine under test, as the evidence names it: its factory, or its host."""
-    if options.engine_cmd is not None:
-        return f"the host started by `{options.engine_cmd}` (its nodes, through `{ATTACHED}`)"
-    if options.engine_url is not None:
-        return f"the host at `{options.engine_url}` (its nodes, through `{ATTACHED}`)"
-    return f"`{options.engine}`"
 
 
 def _contract_suite(root: Path, options: CheckOptions) -> tuple[list[str], int, str]:
@@ -329,7 +319,8 @@ def render(result: CheckResult, *, root: Path, base: Optional[str], argv: list[s
         "## Evidence class",
         "",
         _table(("engine factory", "evidence class", "what it is"),
-               [(_engine_cell(o), f"`{result.evidence_class}`",
+               [(f"`{o.engine}`" if o.engine_cmd is None and o.engine_url is None else engine_label(o),
+                 f"`{result.evidence_class}`",
                  "fixture: deterministic fake" if fixture else "real model weights")]),
         "",
         kind,

@@ -48,6 +48,7 @@ from typing import Any, Callable, NoReturn, Optional
 from urllib.parse import quote
 
 from fakeshard import ShardSpec, wire
+from fakeshard._topology import stage_ranges
 from fakeshard.testing._concurrent import (
     LAYERS_PER_STAGE,
     ConcurrentFailure,
@@ -65,7 +66,7 @@ from fakeshard.testing._concurrent import (
 )
 from fakeshard.testing._reference_coordinator import GaveUp
 from fakeshard.testing._save import keep
-from fakeshard.testing._sim import HOP, Call, NemesisWorld, ranges
+from fakeshard.testing._sim import HOP, Call, NemesisWorld
 from fakeshard.testing._trace import Trace, git_commit, hypothesis_version
 from fakeshard.testing._view import saved_history
 
@@ -395,7 +396,7 @@ class _ServedWorld(NemesisWorld):
         self.loop: _RealTimeLoop = loop
         self.control, self.http, self.spec = control, http, spec
         self.scenario, self.scale = scenario, scale
-        self.ranges = ranges(scenario.stages, LAYERS_PER_STAGE)
+        self.ranges = stage_ranges(scenario.stages, LAYERS_PER_STAGE)
         self.nodes: list[_Node] = []
         self.calls: list[Call] = []
         self.by_session: dict[Any, list[Call]] = {}

@@ -47,7 +47,7 @@ from fakeshard._topology import stage_ranges
 
 __all__ = ["FAULT_OUTCOMES", "NETWORK_FAULT_OUTCOMES", "NODE_FAULT_OUTCOMES", "AsyncNode", "Call", "Deadlock",
            "LoopClock", "Nemesis", "NemesisWorld", "SimNode", "VirtualTimeLoop", "World", "is_async_coordinator",
-           "new_loop", "ranges"]
+           "new_loop"]
 
 #: A one-way hop's latency, seconds: drawn uniformly, in whole microseconds.
 HOP = (0.000_5, 0.020)
@@ -59,10 +59,6 @@ SERVICE = (0.0, 0.010)
 NODE_FAULT_OUTCOMES = frozenset({"engine_crashed", "response_lost", "out_of_memory", "malformed_output"})
 NETWORK_FAULT_OUTCOMES = frozenset({"refused", "hung", "crashed_mid_call", "reset"})
 FAULT_OUTCOMES = NODE_FAULT_OUTCOMES | NETWORK_FAULT_OUTCOMES
-
-
-#: The layer range of each stage of a cluster of ``stages`` stages (one definition, the core's).
-ranges = stage_ranges
 
 
 def holds(view: Any) -> bool:
@@ -412,7 +408,7 @@ class World(NemesisWorld):
                              f"got {len(plans)}")
         self.loop, self.factory, self.spec = loop, factory, spec
         self.seed, self.capacity = seed, capacity
-        self.ranges = ranges(stages, spec.n_layers // stages)
+        self.ranges = stage_ranges(stages, spec.n_layers // stages)
         self.rng = random.Random(seed)
         self.nodes: list[SimNode] = []
         self.calls: list[Call] = []
